@@ -1,0 +1,73 @@
+"""ListOps (lra.md §1-2): 10-way classification of nested MIN/MAX/MED/SM expressions.
+
+Run (full, paper values):
+  python run_lra.py --config configs/listops.py:luna16 --workdir runs/listops_luna16
+Quick (2-core CPU, a few minutes, data generated on first use):
+  python run_lra.py --config configs/listops.py:luna16,quick --workdir runs/listops_luna16_quick
+Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'.
+"""
+
+import ml_collections
+
+from lra_luna import config_lib
+
+
+def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
+  model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
+  c = config_lib.base_config()
+  c.task = 'listops'
+  c.dataset_name = 'listops-1000'  # folder of basic_{train,val,test}.tsv (the LRA release name)
+  c.max_length = 2000              # longest generated expression is < 2000 tokens
+  c.batch_size = 32                # LRA
+  c.eval_batch_size = 64
+  c.num_train_steps = 5000         # LRA
+  c.warmup_steps = 1000            # LRA
+  c.schedule = 'rsqrt'             # LRA: linear warmup, then inverse square root
+  c.learning_rate = 1e-4           # Luna paper Table 4 (used for every model, as one protocol)
+  c.weight_decay = 0.1             # LRA (the Luna reference script used 1e-4)
+  c.eval_every = 500
+  c.checkpoint_every = 500
+
+  # Generator settings (lra.md §2); used only when the files are missing.
+  c.listops = ml_collections.ConfigDict()
+  c.listops.num_train = 96000      # examples per split: 96k / 2k / 2k (LRA)
+  c.listops.num_val = 2000
+  c.listops.num_test = 2000
+  c.listops.min_length = 500       # keep trees with min_length < tokens < max_length
+  c.listops.max_length = 2000
+  c.listops.max_depth = 10         # maximum tree depth
+  c.listops.max_args = 10          # arity is uniform in 2..max_args
+  c.listops.seed = 0               # data seed (independent of the training seed)
+
+  # Model: LRA's ListOps size (the Luna reference used 1 layer of 512 / FFN 2048; we follow LRA).
+  m = c.model
+  m.dim = 512                      # emb_dim
+  m.num_heads = 8
+  m.num_layers = 4
+  m.ffn_dim = 1024                 # mlp_dim
+  m.classifier_dim = 1024
+  m.dropout = 0.1                  # Luna paper Table 4
+  m.attention_dropout = 0.1        # Luna paper Table 4
+  m.positions = 'learned'          # Luna reference (LRA's Transformer used sinusoidal)
+  m.init = 'bert'                  # Luna reference for ListOps and Text (luna.md §5)
+  m.head = 'cls'                   # LRA and the Luna paper's Table 1
+  config_lib.set_model(c, model_name)
+
+  if quick:
+    # A smaller task and model that a 2-core CPU trains in minutes and still learns.
+    c.dataset_name = 'listops-quick'
+    c.listops.update(num_train=10000, num_val=500, num_test=500, min_length=4, max_length=60,
+                     max_depth=3, max_args=5)
+    c.max_length = 60
+    c.batch_size = 64
+    c.eval_batch_size = 250
+    c.num_train_steps = 1500
+    c.warmup_steps = 150
+    c.learning_rate = 2e-3
+    c.weight_decay = 0.0
+    c.eval_every = 500
+    c.checkpoint_every = 500
+    c.log_every = 100
+    m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 64, 4, 2, 128, 128
+    m.dropout = m.attention_dropout = 0.0
+  return c

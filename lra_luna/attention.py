@@ -1,0 +1,164 @@
+"""Attention modules that drop into the encoder blocks of `models.py`.
+
+Every self-attention module here has the same call signature,
+`module(x, mask, *, deterministic, rngs) -> y`, with x [B, n, D], mask [B, n] (True = real token)
+and y [B, n, D]; Luna's `LunaAttention` also takes and returns the extra sequence P.
+Softmax is always computed in float32, whatever the compute dtype.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+# Large negative score for masked keys. finfo.min rather than -inf keeps a fully masked row finite.
+MASKED_SCORE = float(jnp.finfo(jnp.float32).min)
+
+
+def xavier_uniform(gain: float = 1.0):
+  """Xavier-uniform with a gain, as torch.nn.init.xavier_uniform_ (the Luna reference init)."""
+  return jax.nn.initializers.variance_scaling(gain**2, 'fan_avg', 'uniform')
+
+
+def projection_init(init: str, role: str):
+  """Kernel initialiser of a D -> D projection.
+
+  init: 'reference' (luna.md §1: xavier-uniform, gain 1/sqrt(2) for the q/k/v-style projections,
+    gain 1 for the output projection) or 'bert' (luna.md §5: N(0, 0.02) for every Linear).
+  role: 'qkv' or 'out'.
+  """
+  if init == 'bert':
+    return jax.nn.initializers.normal(0.02)
+  if init == 'reference':
+    return xavier_uniform(1.0 / math.sqrt(2.0) if role == 'qkv' else 1.0)
+  raise ValueError(f"Unknown init {init!r}; valid choices: 'reference', 'bert'.")
+
+
+def projection(dim: int, *, init: str, role: str, dtype, rngs: nnx.Rngs) -> nnx.Linear:
+  """A D -> D Linear with bias (bias initialised to 0), float32 parameters."""
+  return nnx.Linear(dim, dim, kernel_init=projection_init(init, role), dtype=dtype, rngs=rngs)
+
+
+def split_heads(x: jax.Array, num_heads: int) -> jax.Array:
+  """[B, n, D] -> [B, heads, n, D / heads]; head h owns features [h*D/H, (h+1)*D/H)."""
+  b, n, d = x.shape
+  return x.reshape(b, n, num_heads, d // num_heads).transpose(0, 2, 1, 3)
+
+
+def merge_heads(x: jax.Array) -> jax.Array:
+  """[B, heads, n, d] -> [B, n, heads * d]."""
+  b, h, n, d = x.shape
+  return x.transpose(0, 2, 1, 3).reshape(b, n, h * d)
+
+
+def masked_softmax(scores: jax.Array, key_mask: jax.Array | None) -> jax.Array:
+  """Softmax over the last axis in float32; key_mask [B, k] (True = attend) broadcasts over heads."""
+  scores = scores.astype(jnp.float32)
+  if key_mask is not None:
+    scores = jnp.where(key_mask[:, None, None, :], scores, MASKED_SCORE)
+  return jax.nn.softmax(scores, axis=-1)
+
+
+def scaled_dot_product(query, key, value, key_mask, dropout: nnx.Dropout, *, deterministic,
+                       rngs) -> jax.Array:
+  """softmax(q k^T) v with q already scaled; q [B,h,m,d], k/v [B,h,n,d] -> [B,h,m,d]."""
+  scores = jnp.einsum('bhmd,bhnd->bhmn', query, key)
+  probs = dropout(masked_softmax(scores, key_mask), deterministic=deterministic, rngs=rngs)
+  return jnp.einsum('bhmn,bhnd->bhmd', probs.astype(value.dtype), value)
+
+
+class SoftmaxAttention(nnx.Module):
+  """Multi-head softmax attention (Vaswani et al. 2017), the Transformer baseline.
+
+  implementation: 'vanilla' forms the [B, H, n, n] attention matrix (the LRA/Luna protocol);
+  'fused' calls `jax.nn.dot_product_attention`, which uses a fused (flash) kernel where the
+  backend has one. 'fused' has no attention dropout (the fused kernels do not support it).
+  """
+
+  def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
+               implementation: str = 'vanilla', init: str = 'reference', dtype=jnp.float32,
+               rngs: nnx.Rngs):
+    if dim % num_heads:
+      raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}.')
+    if implementation not in ('vanilla', 'fused'):
+      raise ValueError(f"Unknown attention implementation {implementation!r}; "
+                       "valid choices: 'vanilla', 'fused'.")
+    self.num_heads = num_heads
+    self.implementation = implementation
+    self.query = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
+    self.key = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
+    self.value = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
+    self.out = projection(dim, init=init, role='out', dtype=dtype, rngs=rngs)
+    self.dropout = nnx.Dropout(attention_dropout)
+
+  def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
+    head_dim = x.shape[-1] // self.num_heads
+    if self.implementation == 'fused':
+      # dot_product_attention takes [B, n, H, d] and applies the 1/sqrt(d) scale itself.
+      q, k, v = (layer(x).reshape(*x.shape[:2], self.num_heads, head_dim)
+                 for layer in (self.query, self.key, self.value))
+      y = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None, None, :])
+      return self.out(y.reshape(x.shape))
+    q = split_heads(self.query(x), self.num_heads) * head_dim**-0.5
+    k = split_heads(self.key(x), self.num_heads)
+    v = split_heads(self.value(x), self.num_heads)
+    y = scaled_dot_product(q, k, v, mask, self.dropout, deterministic=deterministic, rngs=rngs)
+    return self.out(merge_heads(y))
+
+
+class LunaAttention(nnx.Module):
+  """Bidirectional Luna attention, paper eqs. 3-5 (luna.md §1).
+
+  Pack (eq. 3): P attends to the context X with `num_pack_heads` heads; Yp = merged heads, with
+  no output projection. Unpack (eq. 4): X attends to Yp with `num_heads` heads, then Linear_out.
+  With `tie_kv` one projection serves as both key and value, in pack and in unpack.
+  """
+
+  def __init__(self, dim: int, num_heads: int, num_pack_heads: int | None = None, *,
+               attention_dropout: float = 0.0, tie_kv: bool = False, init: str = 'reference',
+               dtype=jnp.float32, rngs: nnx.Rngs):
+    num_pack_heads = num_pack_heads or num_heads
+    for heads in (num_heads, num_pack_heads):
+      if dim % heads:
+        raise ValueError(f'dim {dim} is not divisible by {heads} heads.')
+    self.num_heads = num_heads
+    self.num_pack_heads = num_pack_heads
+    self.tie_kv = tie_kv
+    qkv = dict(init=init, role='qkv', dtype=dtype, rngs=rngs)
+    self.pack_query = projection(dim, **qkv)
+    self.pack_key = projection(dim, **qkv)
+    self.pack_value = None if tie_kv else projection(dim, **qkv)
+    self.unpack_query = projection(dim, **qkv)
+    self.unpack_key = projection(dim, **qkv)
+    self.unpack_value = None if tie_kv else projection(dim, **qkv)
+    self.out = projection(dim, init=init, role='out', dtype=dtype, rngs=rngs)
+    self.dropout = nnx.Dropout(attention_dropout)
+
+  def _keys_values(self, context, key_layer, value_layer, num_heads):
+    key = split_heads(key_layer(context), num_heads)
+    value = key if value_layer is None else split_heads(value_layer(context), num_heads)
+    return key, value
+
+  def pack_attention(self, p, x, x_mask, *, deterministic=True, rngs=None):
+    """Eq. 3: Yp = Attn(P W_q, X W_k, X W_v), padding of X masked; [B, l, D], no out projection."""
+    head_dim = p.shape[-1] // self.num_pack_heads
+    q = split_heads(self.pack_query(p), self.num_pack_heads) * head_dim**-0.5
+    k, v = self._keys_values(x, self.pack_key, self.pack_value, self.num_pack_heads)
+    return merge_heads(scaled_dot_product(q, k, v, x_mask, self.dropout,
+                                          deterministic=deterministic, rngs=rngs))
+
+  def unpack_attention(self, x, packed, p_mask, *, deterministic=True, rngs=None):
+    """Eq. 4: Yx = Attn(X W_q, Yp W_k, Yp W_v) W_out, unused P slots masked; [B, n, D]."""
+    head_dim = x.shape[-1] // self.num_heads
+    q = split_heads(self.unpack_query(x), self.num_heads) * head_dim**-0.5
+    k, v = self._keys_values(packed, self.unpack_key, self.unpack_value, self.num_heads)
+    y = scaled_dot_product(q, k, v, p_mask, self.dropout, deterministic=deterministic, rngs=rngs)
+    return self.out(merge_heads(y))
+
+  def __call__(self, x, p, x_mask, p_mask, *, deterministic: bool = True,
+               rngs: nnx.Rngs | None = None):
+    """Returns (Yx [B, n, D], Yp [B, l, D])."""
+    packed = self.pack_attention(p, x, x_mask, deterministic=deterministic, rngs=rngs)
+    unpacked = self.unpack_attention(x, packed, p_mask, deterministic=deterministic, rngs=rngs)
+    return unpacked, packed

@@ -1,0 +1,64 @@
+"""Orbax checkpoints of a run: the latest (for resuming) and the best on validation.
+
+`<workdir>/checkpoints/latest/<step>/` holds the train state, the grain iterator state (so a
+resumed run sees exactly the batches it would have seen) and the run's bookkeeping (best so far);
+`<workdir>/checkpoints/best/<step>/` holds the state with the best validation accuracy.
+Saves are synchronous and atomic (orbax writes a temporary folder, then renames it), so a run
+killed at any point resumes from the last complete checkpoint.
+"""
+
+import pathlib
+
+import orbax.checkpoint as ocp
+
+
+def _manager(directory: pathlib.Path, item_names):
+  options = ocp.CheckpointManagerOptions(max_to_keep=1, create=True,
+                                         enable_async_checkpointing=False)
+  return ocp.CheckpointManager(directory.absolute(), options=options, item_names=item_names)
+
+
+class Checkpoints:
+  """The latest and the best checkpoint of one workdir."""
+
+  def __init__(self, workdir):
+    root = pathlib.Path(workdir) / 'checkpoints'
+    self.latest = _manager(root / 'latest', ('state', 'data', 'info'))
+    self.best = _manager(root / 'best', ('state',))
+
+  def save_latest(self, step: int, state, train_iter, info: dict) -> None:
+    if step in self.latest.all_steps():
+      return
+    self.latest.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state),
+        # Every process advances its shard in lockstep, so process 0's iterator state is everyone's.
+        data=ocp.args.JsonSave(train_iter.get_state()),
+        info=ocp.args.JsonSave(info)))
+
+  def restore_latest(self, state, train_iter):
+    """(state, info) from the latest checkpoint, with train_iter moved to its position; or the
+    given state and {} when there is none."""
+    step = self.latest.latest_step()
+    if step is None:
+      return state, {}
+    restored = self.latest.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(state), data=ocp.args.JsonRestore(),
+        info=ocp.args.JsonRestore()))
+    train_iter.set_state(restored['data'])
+    return restored['state'], restored['info']
+
+  def save_best(self, step: int, state) -> None:
+    if step in self.best.all_steps():
+      return
+    self.best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
+
+  def restore_best(self, state):
+    step = self.best.latest_step()
+    if step is None:
+      raise FileNotFoundError(f'No best checkpoint under {self.best.directory}.')
+    return self.best.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(state)))['state']
+
+  def close(self) -> None:
+    self.latest.close()
+    self.best.close()

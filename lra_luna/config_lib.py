@@ -1,0 +1,149 @@
+"""Default config, model presets and config checks shared by every `configs/<task>.py`.
+
+A task config calls `base_config()`, sets its task fields, then `set_model(config, name)`.
+`validate(config)` is run before training and names the bad field and its valid choices.
+"""
+
+import ml_collections
+
+TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx')
+# Model name -> (attention, pack length l or None).
+MODELS = {
+    'transformer': ('softmax', None),        # vanilla softmax attention (materialises n x n)
+    'transformer_fused': ('softmax', None),  # jax.nn.dot_product_attention (flash where available)
+    'luna16': ('luna', 16),
+    'luna128': ('luna', 128),
+    'luna256': ('luna', 256),
+    'linformer': ('linformer', None),
+    'performer': ('performer', None),
+    'linear_transformer': ('linear_transformer', None),
+    'local': ('local', None),
+}
+SCHEDULES = ('rsqrt', 'cosine')
+
+
+def parse_arg(arg: str | None, default_model: str) -> tuple[str, bool]:
+  """'luna16,quick' or 'model=luna16,quick' -> ('luna16', True)."""
+  model, quick = default_model, False
+  for part in filter(None, (arg or '').split(',')):
+    part = part.strip()
+    if part == 'quick':
+      quick = True
+    elif part.startswith('model='):
+      model = part[len('model='):]
+    else:
+      model = part
+  if model not in MODELS:
+    raise ValueError(f'Unknown model {model!r} in config argument {arg!r}; valid choices: '
+                     f'{sorted(MODELS)}.')
+  return model, quick
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """Every field a run reads, with its default. Task configs override what differs."""
+  c = ml_collections.ConfigDict()
+  c.task = ''                       # one of TASKS
+  c.model_name = ''                 # one of MODELS (set by set_model)
+  c.seed = 0                        # training seed: parameters, dropout and data order
+  c.data_dir = ''                   # data root; '' = $LRA_DATA_DIR, else <repo>/data/store
+  c.dataset_name = ''               # folder of this task's files under the data root
+  c.max_length = 1000               # tokens per example after truncation ([CLS] not counted)
+  c.batch_size = 32                 # global training batch, split over all devices
+  c.eval_batch_size = 64            # global evaluation batch (last batch padded and masked)
+  c.num_train_steps = 5000          # optimizer steps
+  c.warmup_steps = 1000             # linear warmup steps of the schedule
+  c.schedule = 'rsqrt'              # 'rsqrt': warmup then lr*sqrt(w/s); 'cosine': warmup then cosine to 0
+  c.learning_rate = 1e-4            # peak learning rate (at the end of warmup)
+  c.weight_decay = 0.1              # AdamW decoupled weight decay (scaled by the learning rate)
+  c.adam_b1 = 0.9                   # Adam beta1 (LRA, Luna reference)
+  c.adam_b2 = 0.98                  # Adam beta2 (LRA, Luna reference)
+  c.adam_eps = 1e-8                 # Adam epsilon
+  c.grad_clip_norm = 0.0            # global-norm gradient clipping; 0 = none (Path-X uses 1.0)
+  c.eval_every = 500                # steps between validation passes (and at the end)
+  c.log_every = 50                  # steps between training-metric log lines
+  c.checkpoint_every = 500          # steps between checkpoints
+  c.max_eval_batches = 0            # 0 = whole split; >0 caps validation batches (debugging only)
+  c.progress_bar = True             # tqdm bar (off automatically when $CI is set)
+
+  m = c.model = ml_collections.ConfigDict()
+  m.attention = 'softmax'           # 'softmax' | 'luna' | a baseline (set by set_model)
+  m.attention_implementation = 'vanilla'  # softmax only: 'vanilla' (n x n matrix) | 'fused'
+  m.attention_options = ml_collections.ConfigDict()  # baseline-specific options (see baselines.py)
+  m.dim = 512                       # model width D
+  m.num_heads = 8                   # heads H (Luna: unpack heads)
+  m.num_pack_heads = 0              # Luna pack heads Hp; 0 = same as num_heads (reference LRA)
+  m.num_layers = 4                  # encoder layers
+  m.ffn_dim = 1024                  # feed-forward hidden width
+  m.classifier_dim = 1024           # classifier hidden width (reference: = ffn_dim)
+  m.dropout = 0.1                   # residual, embedding and P dropout
+  m.attention_dropout = 0.1         # dropout on attention probabilities
+  m.positions = 'learned'           # position embeddings: 'learned' | 'sinusoidal'
+  m.embedding_layernorm = True      # LayerNorm after the embedding (Luna reference; LRA: none)
+  m.init = 'reference'              # 'reference' (xavier, luna.md §1) | 'bert' (N(0, 0.02))
+  m.head = 'cls'                    # sentence representation: 'cls' | 'mean' | 'mean_p'
+  m.mask_padding = True             # pad id 0 is masked; False for pixel tasks (0 is black)
+  m.dual_encoder = False            # Retrieval: two documents through one shared encoder
+  m.pair_features = 'concat'        # dual head input: 'concat' [a, b] | 'full' [a, b, a*b, a-b]
+  m.dtype = 'float32'               # compute dtype: 'float32' | 'bfloat16' | 'float16'
+  # Luna only.
+  m.pack_length = 16                # l, length of the extra sequence P
+  m.tie_kv = False                  # one projection for key and value (paper §4.2 "tied kv")
+  m.normalize_before = False        # pre-LN layers (reference option); default post-LN (eq. 6)
+  m.contextual_p = True             # P' of layer i feeds layer i+1; False = own P per layer
+  m.p_init = 'learned'              # P at the input: 'learned' table | 'sinusoidal' (fixed)
+  # Filled in from the data at run time.
+  m.vocab_size = 0                  # token ids are 0..vocab_size-1 ([CLS] is vocab_size)
+  m.num_classes = 0                 # output classes
+  m.max_length = 0                  # = config.max_length
+  return c
+
+
+def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
+  """Sets config.model_name and the attention fields of the named model preset."""
+  if name not in MODELS:
+    raise ValueError(f'Unknown model {name!r}; valid choices: {sorted(MODELS)}.')
+  attention, pack_length = MODELS[name]
+  config.model_name = name
+  config.model.attention = attention
+  config.model.attention_implementation = 'fused' if name == 'transformer_fused' else 'vanilla'
+  if pack_length:
+    config.model.pack_length = pack_length
+  return config
+
+
+def _check_choice(field: str, value, choices) -> None:
+  if value not in choices:
+    raise ValueError(f'config.{field} = {value!r} is not valid; valid choices: {list(choices)}.')
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming the first bad field and its valid choices."""
+  _check_choice('task', config.task, TASKS)
+  _check_choice('model_name', config.model_name, list(MODELS))
+  _check_choice('schedule', config.schedule, SCHEDULES)
+  _check_choice('model.head', config.model.head, ('cls', 'mean', 'mean_p'))
+  _check_choice('model.positions', config.model.positions, ('learned', 'sinusoidal'))
+  _check_choice('model.init', config.model.init, ('reference', 'bert'))
+  _check_choice('model.p_init', config.model.p_init, ('learned', 'sinusoidal'))
+  _check_choice('model.dtype', config.model.dtype, ('float32', 'bfloat16', 'float16'))
+  if config.model.head == 'mean_p' and config.model.attention != 'luna':
+    raise ValueError(f"config.model.head = 'mean_p' needs a Luna model, but model_name is "
+                     f"{config.model_name!r}; use 'cls' or 'mean', or a luna model.")
+  for field in ('batch_size', 'eval_batch_size', 'num_train_steps', 'max_length', 'eval_every'):
+    if config[field] <= 0:
+      raise ValueError(f'config.{field} must be positive, got {config[field]}.')
+
+
+def flatten(config: ml_collections.ConfigDict) -> dict:
+  """{'model.dim': 512, ...}: the config as one flat dict (for hyperparameter logs and tables)."""
+  flat = {}
+
+  def visit(prefix, node):
+    for key, value in node.items():
+      if isinstance(value, (dict, ml_collections.ConfigDict)):
+        visit(f'{prefix}{key}.', value)
+      else:
+        flat[f'{prefix}{key}'] = value
+
+  visit('', config)
+  return flat

@@ -1,0 +1,274 @@
+"""ListOps (lra.md §1-2): a seeded generator, a reader for the LRA release TSVs, and the task loader.
+
+An expression such as MAX(2, 9) is printed as in the LRA release, `( ( ( [MAX 2 ) 9 ) ] )`. The
+reader drops the parentheses, as LRA did, but keeps `]`, whose position carries the tree structure.
+"""
+
+import os
+import pathlib
+
+import numpy as np
+import tqdm
+
+from lra_luna.datasets import base
+
+PAD = '<pad>'
+OPERATORS = ('[MIN', '[MAX', '[MED', '[SM')
+CLOSE = ']'
+DIGITS = tuple(str(d) for d in range(10))
+# Fixed order, so token ids never change between runs (LRA's came from a Python set).
+VOCAB = (PAD, *OPERATORS, CLOSE, *DIGITS)
+TOKEN_IDS = {token: i for i, token in enumerate(VOCAB)}
+PARENTHESES = frozenset(('(', ')'))
+NUM_CLASSES = 10
+
+HEADER = 'Source\tTarget'
+SPLIT_FILES = {'train': 'basic_train.tsv', 'validation': 'basic_val.tsv', 'test': 'basic_test.tsv'}
+GENERATE_HINT = ('run `python data/generate_listops.py` or point --config.data_dir at the LRA '
+                 'release (the folder holding listops-1000/)')
+
+OPERATOR_PROBABILITY = 0.25  # below the maximum depth, a node is an operator this often
+MIN_ARGS = 2
+
+
+def _median_int(values: list) -> int:
+  """Integer part of the median; the mean of the two middle values for even counts."""
+  ordered = sorted(values)
+  middle = len(ordered) // 2
+  if len(ordered) % 2:
+    return ordered[middle]
+  return (ordered[middle - 1] + ordered[middle]) // 2  # values are >= 0, so // is int()
+
+
+def _apply(operator: str, values: list) -> int:
+  if operator == '[MIN':
+    return min(values)
+  if operator == '[MAX':
+    return max(values)
+  if operator == '[MED':
+    return _median_int(values)
+  if operator == '[SM':
+    return sum(values) % 10
+  raise ValueError(f'unknown operator {operator!r}')
+
+
+def evaluate_expression(text: str) -> int:
+  """Value of a printed expression: a stack machine over its tokens, parentheses ignored.
+
+  Independent of the generator, so tests can check the generated labels with it.
+  """
+  frames = []  # one [operator, argument values] per open operator
+  result = None
+  for token in text.split():
+    if token in PARENTHESES:
+      continue
+    if result is not None:
+      raise ValueError(f'tokens after the end of the expression: {token!r}')
+    if token in OPERATORS:
+      frames.append((token, []))
+    elif token == CLOSE:
+      if not frames:
+        raise ValueError('`]` without an open operator')
+      operator, values = frames.pop()
+      if not values:
+        raise ValueError(f'{operator} has no arguments')
+      value = _apply(operator, values)
+      if frames:
+        frames[-1][1].append(value)
+      else:
+        result = value
+    elif token in DIGITS:
+      if frames:
+        frames[-1][1].append(int(token))
+      else:
+        result = int(token)
+    else:
+      raise ValueError(f'unknown token {token!r}')
+  if frames or result is None:
+    raise ValueError('incomplete expression')
+  return result
+
+
+class _TooLong(Exception):
+  """Raised inside the sampler once a tree reaches max_length tokens: it would be rejected anyway."""
+
+
+def _tree_sampler(rng: np.random.Generator, max_depth: int, max_args: int, max_length: int):
+  """Returns sample() -> (expression, value, length), or None for a tree of max_length+ tokens.
+
+  Builds the printed string, the value and the length in one pass. Random numbers come from
+  large numpy batches (per-call overhead dominates otherwise), consumed in a fixed order, so a
+  seed always gives the same trees.
+  """
+  def uniforms():
+    while True:
+      yield from rng.random(1 << 16).tolist()
+
+  next_uniform = uniforms().__next__
+  num_arities = max_args - MIN_ARGS + 1
+  pieces = []  # printed pieces of the current tree, each with a leading space
+  length = 0
+
+  def node(depth: int) -> int:
+    nonlocal length
+    length += 1
+    if length >= max_length:
+      raise _TooLong
+    if depth < max_depth and next_uniform() < OPERATOR_PROBABILITY:
+      num_children = MIN_ARGS + int(next_uniform() * num_arities)
+      operator = OPERATORS[int(next_uniform() * len(OPERATORS))]
+      # LRA nests to the left: ( ( ( [OP c1 ) c2 ) ] ), one '(' per child plus one for ']'.
+      pieces.append(' (' * (num_children + 1) + ' ' + operator)
+      values = []
+      for _ in range(num_children):
+        values.append(node(depth + 1))
+        pieces.append(' )')
+      length += 1
+      pieces.append(' ] )')
+      return _apply(operator, values)
+    digit = int(next_uniform() * 10)
+    pieces.append(' ' + DIGITS[digit])
+    return digit
+
+  def sample():
+    nonlocal length
+    pieces.clear()
+    length = 0
+    try:
+      value = node(1)
+    except _TooLong:
+      return None
+    if length >= max_length:  # the final `]` can still reach the bound
+      return None
+    return ''.join(pieces)[1:], value, length
+
+  return sample
+
+
+def _write_tsv_atomically(path: pathlib.Path, rows: list) -> None:
+  """Writes header + rows to a temp file, then renames it, so no half-written split survives."""
+  # A plain open() (not tempfile) so the file gets the usual umask permissions, not 0600.
+  temp_path = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
+  try:
+    with open(temp_path, 'w', encoding='utf-8', newline='\n') as f:
+      f.write(HEADER + '\n')
+      for expression, value in rows:
+        f.write(f'{expression}\t{value}\n')
+    os.replace(temp_path, path)
+  finally:
+    temp_path.unlink(missing_ok=True)
+
+
+def generate_listops(out_dir, *, num_train: int = 96000, num_val: int = 2000,
+                     num_test: int = 2000, min_length: int = 500, max_length: int = 2000,
+                     max_depth: int = 10, max_args: int = 10, seed: int = 0,
+                     progress: bool = True) -> dict:
+  """Generates basic_{train,val,test}.tsv in `out_dir` (lra.md §2); returns {split: path}.
+
+  Keeps trees with min_length < length < max_length, unique across all splits; the first
+  num_train accepted go to train, then validation, then test.
+  """
+  if max_args < MIN_ARGS:
+    raise ValueError(f'max_args must be >= {MIN_ARGS}, got {max_args}')
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  sample = _tree_sampler(np.random.default_rng(seed), max_depth, max_args, max_length)
+  total = num_train + num_val + num_test
+  seen = set()
+  rows = []
+  with tqdm.tqdm(total=total, desc='ListOps examples', unit='ex', disable=not progress) as bar:
+    while len(rows) < total:
+      tree = sample()
+      if tree is None:
+        continue
+      expression, value, length = tree
+      if length <= min_length or expression in seen:
+        continue
+      seen.add(expression)
+      rows.append((expression, value))
+      bar.update(1)
+  bounds = {'train': (0, num_train), 'validation': (num_train, num_train + num_val),
+            'test': (num_train + num_val, total)}
+  paths = {}
+  for split, (start, stop) in bounds.items():
+    paths[split] = out_dir / SPLIT_FILES[split]
+    _write_tsv_atomically(paths[split], rows[start:stop])
+  return paths
+
+
+def read_listops_tsv(path, max_length: int) -> tuple:
+  """Reads one LRA ListOps TSV into (inputs int32 [N, max_length], targets int32 [N]).
+
+  Parentheses are dropped, other tokens mapped through VOCAB, then truncated and padded with 0.
+  """
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise base.DataError(f'ListOps file {path} not found; {GENERATE_HINT}.')
+  # Two passes over the file (count, then parse) keep memory at the output arrays: the full
+  # train split is 600+ MB of text.
+  with open(path, encoding='utf-8') as f:
+    first_line = f.readline()  # '' only at the end of the file
+    has_header = first_line.rstrip('\r\n') == HEADER
+    num_rows = int(bool(first_line) and not has_header) + sum(1 for _ in f)
+  if num_rows == 0:
+    raise base.DataError(f'{path}: no examples (an empty file?); {GENERATE_HINT}.')
+  inputs = np.zeros((num_rows, max_length), np.int32)
+  targets = np.zeros(num_rows, np.int32)
+  with open(path, encoding='utf-8') as f:
+    rows = enumerate(f, start=1)
+    if has_header:
+      next(rows)
+    for i, (line_number, line) in enumerate(rows):
+      columns = line.rstrip('\r\n').split('\t')
+      if len(columns) != 2:
+        raise base.DataError(f'{path}, line {line_number}: expected 2 tab-separated columns '
+                             f'(expression, label), found {len(columns)}.')
+      expression, label = columns
+      label = label.strip()
+      if not (label.isascii() and label.isdigit() and int(label) < NUM_CLASSES):
+        raise base.DataError(f'{path}, line {line_number}: label {label!r} is not an integer '
+                             f'in 0..{NUM_CLASSES - 1}.')
+      try:
+        ids = [TOKEN_IDS[t] for t in expression.split() if t not in PARENTHESES]
+      except KeyError as e:
+        raise base.DataError(f'{path}, line {line_number}: unknown token {e.args[0]!r} '
+                             f'(known: {" ".join(VOCAB[1:])} and parentheses).') from None
+      ids = ids[:max_length]
+      inputs[i, :len(ids)] = ids
+      targets[i] = int(label)
+  return inputs, targets
+
+
+def load_listops(config) -> base.TaskData:
+  """ListOps as TaskData; generates the TSVs first if none exist, caches arrays per max_length.
+
+  config: data_dir ('' for the default root), dataset_name (folder under the root, e.g.
+  'listops-1000' as in the LRA release), max_length, and listops.* (generator settings, used
+  only when generating). config.seed is the training seed and does not touch the data.
+  """
+  folder = base.data_root(config.data_dir) / config.dataset_name
+  paths = {split: folder / name for split, name in SPLIT_FILES.items()}
+  missing = [path.name for path in paths.values() if not path.exists()]
+  if len(missing) == len(paths):
+    print(f'ListOps: no data in {folder}; generating it (lra.md §2).', flush=True)
+    settings = config.listops
+    generate_listops(folder, num_train=settings.num_train, num_val=settings.num_val,
+                     num_test=settings.num_test, min_length=settings.min_length,
+                     max_length=settings.max_length, max_depth=settings.max_depth,
+                     max_args=settings.max_args, seed=settings.seed, progress=True)
+  elif missing:
+    # Never regenerate over a user's files: half a set is their mistake to look at.
+    raise base.DataError(f'ListOps folder {folder} lacks {", ".join(missing)} but has the other '
+                         f'split files; restore them, or empty the folder to regenerate '
+                         f'(or {GENERATE_HINT}).')
+
+  def build() -> dict:
+    splits = {}
+    for split, path in paths.items():
+      inputs, targets = read_listops_tsv(path, config.max_length)
+      splits[split] = {'inputs': inputs, 'targets': targets}
+    return splits
+
+  splits = base.cached_split_arrays(folder / f'cache_len{config.max_length}.npz', build)
+  return base.TaskData(splits=splits, vocab_size=len(VOCAB), num_classes=NUM_CLASSES,
+                       max_length=config.max_length)

@@ -1,0 +1,360 @@
+"""LRA encoders and classifiers: Luna (paper §3, eq. 6), the softmax Transformer and the baselines.
+
+All models share one embedding (`Embedding`), one classifier head (`ClassifierHead`) and one
+pooling function (`pool`); only the encoder block differs. A learned [CLS] token (id =
+vocab_size) is prepended to every sequence, so position 0 is always [CLS].
+Call signature of every model: `model(batch, *, deterministic, rngs) -> logits [B, classes]`,
+with `batch['inputs']` int [B, n] (Retrieval: `inputs1`, `inputs2`).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from lra_luna import attention as attention_lib
+
+HEADS = ('cls', 'mean', 'mean_p')
+
+
+def compute_dtype(name: str):
+  """'float32' | 'bfloat16' | 'float16' -> the dtype activations are computed in."""
+  dtypes = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16, 'float16': jnp.float16}
+  if name not in dtypes:
+    raise ValueError(f'Unknown dtype {name!r}; valid choices: {sorted(dtypes)}.')
+  return dtypes[name]
+
+
+def sinusoidal_table(length: int, dim: int) -> np.ndarray:
+  """Vaswani et al. (2017) sinusoidal positions, [length, dim], sin on even and cos on odd features."""
+  position = np.arange(length)[:, None]
+  rates = np.exp(-math.log(10000.0) * np.arange(0, dim, 2) / dim)
+  table = np.zeros((length, dim), np.float32)
+  table[:, 0::2] = np.sin(position * rates)
+  table[:, 1::2] = np.cos(position * rates)[:, : dim // 2]
+  return table
+
+
+def embedding_init(init: str, dim: int):
+  """luna.md §5: N(0, D^-1/2) for the reference init, N(0, 0.02) for the BERT-style init."""
+  return jax.nn.initializers.normal(0.02 if init == 'bert' else dim**-0.5)
+
+
+class Embedding(nnx.Module):
+  """Token + position embeddings (no sqrt(D) scale), optional LayerNorm, dropout (luna.md §5).
+
+  Padded rows are zeroed so that they carry nothing into any layer.
+  """
+
+  def __init__(self, vocab_size: int, dim: int, max_length: int, *, positions: str,
+               use_layernorm: bool, dropout: float, init: str, dtype, rngs: nnx.Rngs):
+    # One extra row for [CLS] (id = vocab_size) and one extra position for it.
+    self.cls_id = vocab_size
+    self.tokens = nnx.Embed(vocab_size + 1, dim, embedding_init=embedding_init(init, dim),
+                            dtype=dtype, rngs=rngs)
+    if positions == 'learned':
+      self.positions = nnx.Param(embedding_init(init, dim)(rngs.params(), (max_length + 1, dim)))
+    elif positions == 'sinusoidal':
+      self.positions = nnx.Variable(jnp.asarray(sinusoidal_table(max_length + 1, dim)))
+    else:
+      raise ValueError(f"Unknown positions {positions!r}; valid choices: 'learned', 'sinusoidal'.")
+    self.layernorm = nnx.LayerNorm(dim, epsilon=1e-5, dtype=dtype, rngs=rngs) if use_layernorm else None
+    self.dropout = nnx.Dropout(dropout)
+    self.dtype = dtype
+
+  def __call__(self, ids, mask, *, deterministic=True, rngs=None):
+    """ids [B, n] (already with [CLS] at 0), mask [B, n] -> x [B, n, D]."""
+    n = ids.shape[1]
+    if n > self.positions.shape[0]:
+      raise ValueError(f'Sequence of {n - 1} tokens is longer than max_length '
+                       f'{self.positions.shape[0] - 1}; raise config.max_length.')
+    x = self.tokens(ids) + self.positions[...][:n].astype(self.dtype)
+    if self.layernorm is not None:
+      x = self.layernorm(x)
+    x = self.dropout(x, deterministic=deterministic, rngs=rngs)
+    return x * mask[..., None].astype(x.dtype)
+
+
+class FeedForward(nnx.Module):
+  """W2 act(W1 x) with the exact (erf) GELU of LRA."""
+
+  def __init__(self, dim: int, hidden: int, *, init: str, dtype, rngs: nnx.Rngs):
+    kernel_init = attention_lib.projection_init(init, 'out')
+    self.up = nnx.Linear(dim, hidden, kernel_init=kernel_init, dtype=dtype, rngs=rngs)
+    self.down = nnx.Linear(hidden, dim, kernel_init=kernel_init, dtype=dtype, rngs=rngs)
+
+  def __call__(self, x):
+    return self.down(jax.nn.gelu(self.up(x), approximate=False))
+
+
+def layernorm(dim, dtype, rngs):
+  """LayerNorm with eps 1e-5 (reference); statistics in float32 whatever the compute dtype."""
+  return nnx.LayerNorm(dim, epsilon=1e-5, dtype=dtype, rngs=rngs)
+
+
+def build_self_attention(mc, dtype, rngs: nnx.Rngs):
+  """The self-attention module of a Transformer-style block, chosen by `mc.attention`."""
+  common = dict(attention_dropout=mc.attention_dropout, init=mc.init, dtype=dtype, rngs=rngs)
+  if mc.attention == 'softmax':
+    return attention_lib.SoftmaxAttention(mc.dim, mc.num_heads,
+                                          implementation=mc.attention_implementation, **common)
+  from lra_luna import baselines  # Imported here so the core models do not depend on it.
+  if mc.attention not in baselines.BASELINE_ATTENTIONS:
+    raise ValueError(f'Unknown attention {mc.attention!r}; valid choices: '
+                     f"{sorted(['softmax', 'luna', *baselines.BASELINE_ATTENTIONS])}.")
+  options = dict(mc.get('attention_options', {}) or {})
+  return baselines.BASELINE_ATTENTIONS[mc.attention](
+      mc.dim, mc.num_heads, max_length=mc.max_length + 1, **common, **options)
+
+
+class TransformerBlock(nnx.Module):
+  """Pre-LN block of LRA: x + Drop(Attn(LN(x))), then x + Drop(FFN(LN(x)))."""
+
+  def __init__(self, mc, dtype, rngs: nnx.Rngs):
+    self.attention_norm = layernorm(mc.dim, dtype, rngs)
+    self.attention = build_self_attention(mc, dtype, rngs)
+    self.ffn_norm = layernorm(mc.dim, dtype, rngs)
+    self.ffn = FeedForward(mc.dim, mc.ffn_dim, init=mc.init, dtype=dtype, rngs=rngs)
+    self.dropout = nnx.Dropout(mc.dropout)
+
+  def __call__(self, x, mask, *, deterministic=True, rngs=None):
+    drop = lambda y: self.dropout(y, deterministic=deterministic, rngs=rngs)
+    x = x + drop(self.attention(self.attention_norm(x), mask, deterministic=deterministic,
+                                rngs=rngs))
+    return x + drop(self.ffn(self.ffn_norm(x)))
+
+
+class TransformerEncoder(nnx.Module):
+  """LRA encoder (lra.md §3): embedding, pre-LN blocks, final LayerNorm. Returns (X, None)."""
+
+  def __init__(self, mc, dtype, rngs: nnx.Rngs):
+    self.embedding = Embedding(mc.vocab_size, mc.dim, mc.max_length, positions=mc.positions,
+                               use_layernorm=mc.embedding_layernorm, dropout=mc.dropout,
+                               init=mc.init, dtype=dtype, rngs=rngs)
+    self.blocks = nnx.List([TransformerBlock(mc, dtype, rngs) for _ in range(mc.num_layers)])
+    self.final_norm = layernorm(mc.dim, dtype, rngs)
+
+  def __call__(self, ids, mask, *, deterministic=True, rngs=None):
+    x = self.embedding(ids, mask, deterministic=deterministic, rngs=rngs)
+    for block in self.blocks:
+      x = block(x, mask, deterministic=deterministic, rngs=rngs)
+    return self.final_norm(x), None
+
+
+class LunaEncoderLayer(nnx.Module):
+  """Luna layer, paper eq. 6 (luna.md §2).
+
+  Post-LN (default): X1 = LN(X + Drop(Yx)); P' = LN_p(P + Drop(Yp)); X' = LN(X1 + Drop(FFN(X1))).
+  Pre-LN (`normalize_before`): the norms move in front of attention and FFN; no norm after.
+  P gets no feed-forward block.
+  """
+
+  def __init__(self, mc, dtype, rngs: nnx.Rngs):
+    self.normalize_before = mc.normalize_before
+    self.attention = attention_lib.LunaAttention(
+        mc.dim, mc.num_heads, mc.num_pack_heads, attention_dropout=mc.attention_dropout,
+        tie_kv=mc.tie_kv, init=mc.init, dtype=dtype, rngs=rngs)
+    self.attention_norm = layernorm(mc.dim, dtype, rngs)
+    self.p_norm = layernorm(mc.dim, dtype, rngs)
+    self.ffn_norm = layernorm(mc.dim, dtype, rngs)
+    self.ffn = FeedForward(mc.dim, mc.ffn_dim, init=mc.init, dtype=dtype, rngs=rngs)
+    self.dropout = nnx.Dropout(mc.dropout)
+
+  def __call__(self, x, p, x_mask, p_mask, *, deterministic=True, rngs=None):
+    # Independent dropout masks for X and P: each call draws a fresh key from rngs.
+    drop = lambda y: self.dropout(y, deterministic=deterministic, rngs=rngs)
+    if self.normalize_before:
+      yx, yp = self.attention(self.attention_norm(x), self.p_norm(p), x_mask, p_mask,
+                              deterministic=deterministic, rngs=rngs)
+      x = x + drop(yx)
+      p = p + drop(yp)
+      return x + drop(self.ffn(self.ffn_norm(x))), p
+    yx, yp = self.attention(x, p, x_mask, p_mask, deterministic=deterministic, rngs=rngs)
+    x = self.attention_norm(x + drop(yx))
+    p = self.p_norm(p + drop(yp))
+    return self.ffn_norm(x + drop(self.ffn(x))), p
+
+
+class PackedSequence(nnx.Module):
+  """The extra sequence P at a layer's input (paper §3.1, luna.md §3).
+
+  'learned': a parameter [l, D] ~ N(0, D^-1/2); 'sinusoidal' (paper footnote): a fixed table.
+  Either then goes through its own LayerNorm and dropout, broadcast over the batch.
+  """
+
+  def __init__(self, length: int, dim: int, *, p_init: str, dropout: float, dtype,
+               rngs: nnx.Rngs):
+    if p_init == 'learned':
+      self.table = nnx.Param(jax.random.normal(rngs.params(), (length, dim)) * dim**-0.5)
+    elif p_init == 'sinusoidal':
+      self.table = nnx.Variable(jnp.asarray(sinusoidal_table(length, dim)))
+    else:
+      raise ValueError(f"Unknown p_init {p_init!r}; valid choices: 'learned', 'sinusoidal'.")
+    self.norm = layernorm(dim, dtype, rngs)
+    self.dropout = nnx.Dropout(dropout)
+
+  def __call__(self, batch_size, p_mask, *, deterministic=True, rngs=None):
+    p = self.norm(self.table[...])
+    p = jnp.broadcast_to(p, (batch_size, *p.shape))
+    p = self.dropout(p, deterministic=deterministic, rngs=rngs)
+    return p * p_mask[..., None].astype(p.dtype)
+
+
+def p_slot_mask(x_mask, pack_length):
+  """luna.md §4: slot j of sequence b is padding when j >= its number of real tokens (with [CLS])."""
+  lengths = jnp.sum(x_mask, axis=-1, keepdims=True)
+  return jnp.arange(pack_length)[None, :] < lengths
+
+
+class LunaEncoder(nnx.Module):
+  """Luna LRA encoder (luna.md §5): embedding with LayerNorm, P, a stack of Luna layers.
+
+  Contextual P (default): P' of layer i is P of layer i+1. Non-contextual P (paper §4.2, Table 5):
+  each layer reads its own learnable P. Returns (X, (P, p_mask)).
+  """
+
+  def __init__(self, mc, dtype, rngs: nnx.Rngs):
+    self.contextual_p = mc.contextual_p
+    self.normalize_before = mc.normalize_before
+    self.pack_length = mc.pack_length
+    self.embedding = Embedding(mc.vocab_size, mc.dim, mc.max_length, positions=mc.positions,
+                               use_layernorm=mc.embedding_layernorm, dropout=mc.dropout,
+                               init=mc.init, dtype=dtype, rngs=rngs)
+    num_p = 1 if mc.contextual_p else mc.num_layers
+    self.packed_inputs = nnx.List([
+        PackedSequence(mc.pack_length, mc.dim, p_init=mc.p_init, dropout=mc.dropout,
+                       dtype=dtype, rngs=rngs) for _ in range(num_p)])
+    self.layers = nnx.List([LunaEncoderLayer(mc, dtype, rngs) for _ in range(mc.num_layers)])
+    if mc.normalize_before:
+      self.final_norm = layernorm(mc.dim, dtype, rngs)
+      self.final_p_norm = layernorm(mc.dim, dtype, rngs)
+
+  def __call__(self, ids, mask, *, deterministic=True, rngs=None):
+    x = self.embedding(ids, mask, deterministic=deterministic, rngs=rngs)
+    p_mask = p_slot_mask(mask, self.pack_length)
+    make_p = lambda i: self.packed_inputs[i](ids.shape[0], p_mask, deterministic=deterministic,
+                                             rngs=rngs)
+    p = make_p(0)
+    for i, layer in enumerate(self.layers):
+      if i > 0 and not self.contextual_p:
+        p = make_p(i)
+      x, p = layer(x, p, mask, p_mask, deterministic=deterministic, rngs=rngs)
+    if self.normalize_before:
+      x, p = self.final_norm(x), self.final_p_norm(p)
+    return x, (p, p_mask)
+
+
+def pool(head: str, x, mask, packed):
+  """Sentence representation (luna.md §5).
+
+  cls: final X at position 0; mean: mean of final X over real tokens ([CLS] excluded);
+  mean_p: mean over the (unmasked) rows of Luna's final P (paper §4.1, Table 3).
+  """
+  if head == 'cls':
+    return x[:, 0]
+  if head == 'mean':
+    token_mask = mask.at[:, 0].set(False)[..., None].astype(jnp.float32)
+    return jnp.sum(x * token_mask, axis=1) / jnp.maximum(jnp.sum(token_mask, axis=1), 1.0)
+  if head == 'mean_p':
+    if packed is None:
+      raise ValueError("head 'mean_p' needs a model with the extra sequence P (a Luna model); "
+                       "use 'cls' or 'mean' for this model.")
+    p, p_mask = packed
+    slot_mask = p_mask[..., None].astype(jnp.float32)
+    return jnp.sum(p * slot_mask, axis=1) / jnp.maximum(jnp.sum(slot_mask, axis=1), 1.0)
+  raise ValueError(f'Unknown head {head!r}; valid choices: {list(HEADS)}.')
+
+
+class ClassifierHead(nnx.Module):
+  """Linear(in -> hidden) + ReLU + Linear(hidden -> classes), no dropout (luna.md §5).
+
+  With several hidden widths (the LRA dual head: mlp_dim, mlp_dim / 2) one Linear+ReLU each.
+  """
+
+  def __init__(self, in_dim: int, hidden: tuple, num_classes: int, *, dtype, rngs: nnx.Rngs):
+    widths = (in_dim, *hidden)
+    self.hidden = nnx.List([nnx.Linear(a, b, dtype=dtype, rngs=rngs)
+                            for a, b in zip(widths[:-1], widths[1:])])
+    self.logits = nnx.Linear(widths[-1], num_classes, dtype=dtype, rngs=rngs)
+
+  def __call__(self, x):
+    for layer in self.hidden:
+      x = jax.nn.relu(layer(x))
+    # Logits in float32 so the loss is computed at full precision.
+    return self.logits(x).astype(jnp.float32)
+
+
+def with_cls(ids, cls_id: int, mask_padding: bool):
+  """Prepends [CLS] and builds the padding mask (pad id 0; pixel tasks have no padding)."""
+  ids = ids.astype(jnp.int32)
+  mask = ids != 0 if mask_padding else jnp.ones(ids.shape, bool)
+  cls = jnp.full((ids.shape[0], 1), cls_id, jnp.int32)
+  return (jnp.concatenate([cls, ids], axis=1),
+          jnp.concatenate([jnp.ones((ids.shape[0], 1), bool), mask], axis=1))
+
+
+def build_encoder(mc, dtype, rngs):
+  if mc.attention == 'luna':
+    return LunaEncoder(mc, dtype, rngs)
+  return TransformerEncoder(mc, dtype, rngs)
+
+
+class SequenceClassifier(nnx.Module):
+  """Encoder + pooling + classifier for one input sequence (ListOps, Text, Image, Pathfinder)."""
+
+  def __init__(self, mc, rngs: nnx.Rngs):
+    dtype = compute_dtype(mc.dtype)
+    if mc.head not in HEADS:
+      raise ValueError(f'Unknown head {mc.head!r}; valid choices: {list(HEADS)}.')
+    if mc.head == 'mean_p' and mc.attention != 'luna':
+      raise ValueError(f"head 'mean_p' needs a Luna model (attention 'luna'), not "
+                       f"{mc.attention!r}; use head 'cls' or 'mean'.")
+    self.head = mc.head
+    self.mask_padding = mc.mask_padding
+    self.encoder = build_encoder(mc, dtype, rngs)
+    self.classifier = ClassifierHead(mc.dim, (mc.classifier_dim,), mc.num_classes, dtype=dtype,
+                                     rngs=rngs)
+
+  def encode(self, ids, *, deterministic=True, rngs=None):
+    """ids [B, n] -> pooled representation [B, D]."""
+    ids, mask = with_cls(ids, self.encoder.embedding.cls_id, self.mask_padding)
+    x, packed = self.encoder(ids, mask, deterministic=deterministic, rngs=rngs)
+    return pool(self.head, x, mask, packed)
+
+  def __call__(self, batch, *, deterministic=True, rngs=None):
+    return self.classifier(self.encode(batch['inputs'], deterministic=deterministic, rngs=rngs))
+
+
+class DualEncoderClassifier(SequenceClassifier):
+  """Retrieval (lra.md §3): one shared encoder reads each document; the head sees [a, b]
+  (or [a, b, a*b, a-b] with `mc.pair_features = 'full'`) through two hidden layers."""
+
+  def __init__(self, mc, rngs: nnx.Rngs):
+    super().__init__(mc, rngs)
+    if mc.pair_features not in ('concat', 'full'):
+      raise ValueError(f"Unknown pair_features {mc.pair_features!r}; valid: 'concat', 'full'.")
+    self.pair_features = mc.pair_features
+    in_dim = mc.dim * (2 if mc.pair_features == 'concat' else 4)
+    self.classifier = ClassifierHead(in_dim, (mc.classifier_dim, mc.classifier_dim // 2),
+                                     mc.num_classes, dtype=compute_dtype(mc.dtype), rngs=rngs)
+
+  def __call__(self, batch, *, deterministic=True, rngs=None):
+    a = self.encode(batch['inputs1'], deterministic=deterministic, rngs=rngs)
+    b = self.encode(batch['inputs2'], deterministic=deterministic, rngs=rngs)
+    features = [a, b] if self.pair_features == 'concat' else [a, b, a * b, a - b]
+    return self.classifier(jnp.concatenate(features, axis=-1))
+
+
+def build_model(mc, seed: int) -> nnx.Module:
+  """The classifier that `mc` (config.model) describes, its parameters drawn from `seed`."""
+  rngs = nnx.Rngs(params=seed)
+  if mc.get('dual_encoder', False):
+    return DualEncoderClassifier(mc, rngs)
+  return SequenceClassifier(mc, rngs)
+
+
+def count_params(model: nnx.Module) -> int:
+  """Number of trainable parameters (nnx.Param leaves)."""
+  return int(sum(np.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param))))

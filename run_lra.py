@@ -1,0 +1,40 @@
+"""Trains and evaluates one LRA model.
+
+  python run_lra.py --config configs/listops.py:luna16,quick --workdir runs/listops_quick
+Any config field can be overridden: --config.seed=3 --config.model.head=mean_p
+--config.data_dir=/data/lra. Rerunning the same command on the same workdir resumes.
+"""
+
+import json
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from lra_luna import train
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file('config', None, 'configs/<task>.py:<model>[,quick]',
+                                lock_config=True)
+flags.DEFINE_string('workdir', None, 'Run folder: checkpoints, metrics, results.json.')
+flags.DEFINE_bool('overwrite', False, 'Delete a previous run with another config in --workdir.')
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  if not FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO; --verbosity=0 shows it.
+  try:
+    results = train.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
+  except (ValueError, FileNotFoundError, train.TrainingError) as e:
+    # Bad input gets one clear message, not a traceback.
+    sys.exit(f'error: {e}')
+  print(json.dumps(results, indent=2, sort_keys=True))
+
+
+if __name__ == '__main__':
+  app.run(main)
