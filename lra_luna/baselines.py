@@ -1,4 +1,4 @@
-"""Efficient-attention baselines of the LRA comparison: Linformer, Performer, Linear Transformer, local.
+"""Efficient-attention baselines of LRA: Linformer, Performer, Linear Transformer, local attention.
 
 Each module drops into the same encoder block as `attention.SoftmaxAttention`: constructor
 `(dim, num_heads, *, attention_dropout, max_length, init, dtype, rngs, <own options>)` and call
@@ -112,7 +112,7 @@ def orthogonal_gaussian_features(key: jax.Array, num_features: int, dim: int) ->
 def positive_softmax_features(x: jax.Array, features: jax.Array, *, is_query: bool,
                               key_mask: jax.Array | None = None,
                               stabilizer: float = 1e-6) -> jax.Array:
-  """FAVOR+ positive features, Choromanski et al. 2020 eq. 5 / Lemma 1 (h = exp(-|x|^2 / 2)).
+  """FAVOR+ positive random features, Choromanski et al. 2020 §2.3, Lemma 1.
 
   phi(x) = exp(w_i . x - |x|^2 / 2) / sqrt(m), in float32; x [B, h, n, d] already scaled by
   d^-1/4, features [m, d]. For stability the max log-feature is subtracted before exp (the
@@ -147,7 +147,7 @@ def _linear_attention_from_features(q_features, k_features, v):
 
 
 class PerformerAttention(_QKVOutAttention):
-  """Performer attention with FAVOR+ (Choromanski et al. 2020, §2.2-2.4, eqs. 4-5).
+  """Performer attention with FAVOR+ (Choromanski et al. 2020, §2.2-2.4).
 
   softmax(Q K^T / sqrt(d)) V ~ D^-1 (phi(Q') (phi(K')^T V)), Q' = Q / d^1/4, K' = K / d^1/4, with
   positive orthogonal random features phi (`positive_softmax_features`), one [num_features, d]
@@ -204,7 +204,7 @@ def elu_feature_map(x: jax.Array) -> jax.Array:
 
 
 def linear_attention(q, k, v, key_mask, *, eps: float = 1e-6) -> jax.Array:
-  """Katharopoulos et al. 2020, eq. 6 in the O(n) order: phi(q_i) (sum_j phi(k_j) v_j^T) / norm.
+  """Katharopoulos et al. 2020, §3.2, in the O(n) order: phi(q_i) (sum_j phi(k_j) v_j^T) / norm.
 
   q, k, v [B, h, n, d]; key_mask [B, n] (True = real) or None; padded keys get phi = 0.
   Computed in float32, returned in v's dtype.
@@ -218,7 +218,7 @@ def linear_attention(q, k, v, key_mask, *, eps: float = 1e-6) -> jax.Array:
 
 
 def linear_attention_direct(q, k, v, key_mask, *, eps: float = 1e-6) -> jax.Array:
-  """Katharopoulos et al. 2020, eq. 4 with sim = phi(q) . phi(k): the O(n^2) reference form."""
+  """Katharopoulos et al. 2020, eq. 2 with sim(q, k) = phi(q) . phi(k): the O(n^2) reference."""
   similarity = jnp.einsum('bhnd,bhmd->bhnm', elu_feature_map(q), elu_feature_map(k))
   if key_mask is not None:
     similarity = jnp.where(key_mask[:, None, None, :], similarity, 0.0)
@@ -228,7 +228,7 @@ def linear_attention_direct(q, k, v, key_mask, *, eps: float = 1e-6) -> jax.Arra
 
 
 class LinearTransformerAttention(_QKVOutAttention):
-  """Linear Transformer attention (Katharopoulos et al. 2020, eqs. 6-7), phi(x) = elu(x) + 1.
+  """Linear Transformer attention (Katharopoulos et al. 2020, §3.2), phi(x) = elu(x) + 1 (eq. 7).
 
   out_i = phi(q_i) sum_j phi(k_j) v_j^T / (phi(q_i) . sum_j phi(k_j) + eps), padded keys
   excluded (`linear_attention`). `attention_dropout` is accepted for the shared signature but

@@ -194,6 +194,8 @@ class CausalLunaAttention(nnx.Module):
     if implementation not in IMPLEMENTATIONS:
       raise ValueError(f'Unknown causal implementation {implementation!r}; valid choices: '
                        f"{', '.join(repr(i) for i in IMPLEMENTATIONS)}.")
+    if chunk_size < 1:
+      raise ValueError(f'chunk_size must be positive, got {chunk_size}.')
     _feature_map(feature_map)  # Validate the name now rather than at the first call.
     self.num_heads = num_heads
     self.head_dim = dim // num_heads
@@ -344,7 +346,8 @@ class CausalLunaLM(nnx.Module):
   """Decoder-only Luna language model: token + learned position embeddings (no sqrt(D) scale),
   embedding LayerNorm and dropout (as luna.md §5), causal Luna layers, a Linear to vocab logits.
 
-  Sequences must be at most `max_length` long (positions past it are clipped under jit).
+  Sequences are at most `max_length` long: `__call__` raises on longer input; `decode_step` past
+  it reads an out-of-range position embedding, which jnp.take fills with NaN.
   """
 
   def __init__(self, vocab_size: int, dim: int, num_heads: int, num_layers: int, ffn_dim: int,
@@ -379,6 +382,8 @@ class CausalLunaLM(nnx.Module):
   def __call__(self, tokens: jax.Array, *, deterministic: bool = True,
                rngs: nnx.Rngs | None = None) -> jax.Array:
     """tokens [B, n] int -> next-token logits [B, n, vocab]."""
+    if tokens.shape[1] > self.max_length:
+      raise ValueError(f'Sequence length {tokens.shape[1]} exceeds max_length {self.max_length}.')
     positions = jnp.arange(tokens.shape[1])[None]
     x = self._embed(tokens, positions, deterministic=deterministic, rngs=rngs)
     for layer in self.layers:

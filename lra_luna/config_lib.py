@@ -108,6 +108,12 @@ def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.Co
   config.model.attention_implementation = 'fused' if name == 'transformer_fused' else 'vanilla'
   if pack_length:
     config.model.pack_length = pack_length
+  # Baseline options (baselines.py), LRA's values: Linformer k = 256, Performer 256 features,
+  # local attention blocks of 50.
+  options = {'linformer': {'projected_length': 256},
+             'performer': {'num_features': 256, 'redraw_features': False},
+             'local': {'block_size': 50}}.get(attention, {})
+  config.model.attention_options = ml_collections.ConfigDict(options)
   return config
 
 

@@ -86,7 +86,7 @@ def train_step(state, batch, dropout_key, *, graphdef, tx):
   updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
   params = optax.apply_updates(state['params'], updates)
   metrics = {'train_loss': loss, 'train_accuracy': accuracy,
-             'grad_norm': optax.global_norm(grads), 'param_norm': optax.global_norm(params)}
+             'grad_norm': optax.tree.norm(grads), 'param_norm': optax.tree.norm(params)}
   return dict(state, params=params, opt_state=opt_state, step=state['step'] + 1), metrics
 
 
@@ -112,23 +112,13 @@ def make_mesh():
                        axis_types=(jax.sharding.AxisType.Auto,))
 
 
-def global_batch(mesh, local_batch: dict):
-  """Assembles the global batch from each process's rows, sharded over the 'data' axis."""
-  sharding = NamedSharding(mesh, PartitionSpec('data'))
+def global_batch(mesh, local_batch: dict, seed_axis: bool = False):
+  """Assembles the global batch from each process's rows, sharded over the 'data' axis (the
+  example axis: axis 1 when the batch carries a leading seed axis)."""
+  spec = PartitionSpec(None, 'data') if seed_axis else PartitionSpec('data')
+  sharding = NamedSharding(mesh, spec)
   return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
           for k, v in local_batch.items()}
-
-
-def evaluate(eval_fn, state, mesh, arrays, config) -> dict:
-  """Loss and accuracy over every example of a split."""
-  totals = np.zeros(3)
-  for i, batch in enumerate(input_pipeline.eval_batches(arrays, config.eval_batch_size)):
-    if config.max_eval_batches and i >= config.max_eval_batches:
-      break
-    totals += np.array(jax.device_get(eval_fn(state['params'], state['constants'],
-                                              global_batch(mesh, batch))))
-  loss, correct, count = totals
-  return {'loss': float(loss / count), 'accuracy': float(correct / count), 'count': int(count)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -165,120 +155,186 @@ def majority_rate(targets) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
-# The loop.
+# The loop. Several seeds train in one program as a stack: state leaves get a leading seed axis
+# and the steps are vmapped over it; one seed is a stack of one.
 # ----------------------------------------------------------------------------------------------
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                        overwrite: bool = False) -> dict:
   """Trains config's model on config's task in `workdir` (resuming what is there); returns results."""
-  config_lib.validate(config)
-  workdir = pathlib.Path(workdir)
+  return train_seeds(config, [config.seed], [workdir], overwrite=overwrite)[0]
+
+
+def stack_trees(trees):
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def unstack_tree(tree, index):
+  return jax.tree.map(lambda x: x[index], tree)
+
+
+def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
+                overwrite: bool = False) -> list[dict]:
+  """Trains one model per seed, all in one program (the step vmapped over seeds).
+
+  Each seed gets its own parameters, dropout keys, data order, workdir, checkpoints, metrics and
+  results.json, exactly as if it ran alone with config.seed = seed. Returns the results per seed.
+  """
+  if len(seeds) != len(workdirs) or not seeds:
+    raise ValueError(f'Need one workdir per seed, got seeds {seeds} and workdirs {workdirs}.')
+  configs = []
+  for seed in seeds:
+    seed_config = ml_collections.ConfigDict(config.to_dict())
+    seed_config.seed = int(seed)
+    config_lib.validate(seed_config)
+    configs.append(seed_config)
+  workdirs = [pathlib.Path(w) for w in workdirs]
   is_writer = jax.process_index() == 0
-  prepare_workdir(config, workdir, overwrite)
-  mesh = make_mesh()
+  for seed_config, workdir in zip(configs, workdirs):
+    prepare_workdir(seed_config, workdir, overwrite)
   for field in ('batch_size', 'eval_batch_size'):
     if config[field] % jax.device_count():
       raise ValueError(f'config.{field} = {config[field]} does not divide over '
                        f'{jax.device_count()} devices; use a multiple of {jax.device_count()}.')
+  mesh = make_mesh()
 
-  # Data.
+  # Data: one copy for every seed; each seed its own shuffled iterator.
   data = datasets.load_task(config)
-  train_arrays = data.splits['train']
+  train_iters = [input_pipeline.train_iterator(data.splits['train'], config.batch_size, s)
+                 for s in seeds]
 
-  # Model, optimizer, state.
+  # Model, optimizer, state (a plain pytree per seed).
   mc = model_config(config, data)
-  model = models.build_model(mc, config.seed)
-  num_params = models.count_params(model)
-  graphdef, params, constants = nnx.split(model, nnx.Param, ...)
-  params, constants = nnx.to_pure_dict(params), nnx.to_pure_dict(constants)
   tx = make_optimizer(config)
-  state = {'params': params, 'constants': constants, 'opt_state': tx.init(params),
-           'step': jnp.zeros((), jnp.int32)}
-  state = jax.device_put(state, NamedSharding(mesh, PartitionSpec()))
-  dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
-  train_iter = input_pipeline.train_iterator(train_arrays, config.batch_size, config.seed)
+  states = []
+  for seed in seeds:
+    model = models.build_model(mc, seed)
+    graphdef, params, constants = nnx.split(model, nnx.Param, ...)
+    params, constants = nnx.to_pure_dict(params), nnx.to_pure_dict(constants)
+    states.append({'params': params, 'constants': constants, 'opt_state': tx.init(params),
+                   'step': jnp.zeros((), jnp.int32)})
+  num_params = models.count_params(model)
+  dropout_keys = jnp.stack([jax.random.fold_in(jax.random.key(s), 1) for s in seeds])
 
-  # Restore the latest checkpoint, if any: parameters, optimizer, step, data order, best so far.
-  ckpt = checkpoints.Checkpoints(workdir)
-  state, resume_info = ckpt.restore_latest(state, train_iter)
-  start_step = int(state['step'])
-  best = resume_info.get('best', {'step': -1, 'val_accuracy': -1.0})
-  writer = metrics_lib.MetricWriter(workdir, enabled=is_writer,
-                                    resume_step=start_step if start_step else None)
+  # Restore each seed's latest checkpoint: parameters, optimizer, step, data order, best so far.
+  ckpts = [checkpoints.Checkpoints(w) for w in workdirs]
+  restored = [c.restore_latest(st, it) for c, st, it in zip(ckpts, states, train_iters)]
+  states = [st for st, _ in restored]
+  bests = [info.get('best', {'step': -1, 'val_accuracy': -1.0}) for _, info in restored]
+  start_steps = {int(st['step']) for st in states}
+  if len(start_steps) > 1:
+    raise TrainingError(f'The workdirs {[str(w) for w in workdirs]} hold checkpoints of '
+                        f'different steps {sorted(start_steps)}; resume them one seed at a time.')
+  start_step = start_steps.pop()
+  replicated = NamedSharding(mesh, PartitionSpec())
+  state = jax.device_put(stack_trees(states), replicated)
+  writers = [metrics_lib.MetricWriter(w, enabled=is_writer,
+                                      resume_step=start_step if start_step else None)
+             for w in workdirs]
   if start_step == 0:
-    writer.write_hparams({**config_lib.flatten(config), 'num_params': num_params})
-  report(is_writer, f'{config.task} / {config.model_name}: {num_params} parameters; '
-         f'starting at step {start_step} of {config.num_train_steps} in {workdir}.')
+    for seed_config, writer in zip(configs, writers):
+      writer.write_hparams({**config_lib.flatten(seed_config), 'num_params': num_params})
+  report(is_writer, f'{config.task} / {config.model_name}, seeds {list(seeds)}: {num_params} '
+         f'parameters; starting at step {start_step} of {config.num_train_steps}.')
 
-  step_fn = jax.jit(functools.partial(train_step, graphdef=graphdef, tx=tx), donate_argnums=0)
-  eval_fn = jax.jit(functools.partial(eval_step, graphdef=graphdef))
+  step_fn = jax.jit(jax.vmap(functools.partial(train_step, graphdef=graphdef, tx=tx)),
+                    donate_argnums=0)
+  eval_fn = jax.jit(jax.vmap(functools.partial(eval_step, graphdef=graphdef),
+                             in_axes=(0, 0, None)))
   progress = make_progress(config, start_step, is_writer)
   pending = []  # Per-step metrics kept on device until the next log, to avoid a sync per step.
   last_log = (start_step, time.time())
 
   def flush_metrics(step):
-    """Writes the mean train metrics since the last flush; stops the run on non-finite values."""
+    """Writes each seed's mean train metrics since the last flush; stops on non-finite values."""
     nonlocal pending, last_log
     if not pending:
       return
-    values = jax.device_get(pending)
+    values = {k: np.stack([np.asarray(v[k]) for v in jax.device_get(pending)], axis=1)
+              for k in pending[0]}  # name -> [seeds, steps]
     pending = []
-    mean = {k: float(np.mean([v[k] for v in values])) for k in values[0]}
-    if not all(np.isfinite(v[k]) for v in values for k in ('train_loss', 'grad_norm')):
-      raise TrainingError(
-          f'Non-finite loss or gradient before step {step} (mean train_loss {mean["train_loss"]}, '
-          f'grad_norm {mean["grad_norm"]}). The last good checkpoint in {workdir / "checkpoints"} '
-          'is kept; lower config.learning_rate or set config.grad_clip_norm, then rerun.')
-    mean['steps_per_sec'] = (step - last_log[0]) / max(time.time() - last_log[1], 1e-9)
-    mean['learning_rate'] = float(make_schedule(config)(step))
+    for i, seed in enumerate(seeds):
+      if not all(np.isfinite(values[k][i]).all() for k in ('train_loss', 'grad_norm')):
+        raise TrainingError(
+            f'Non-finite loss or gradient (seed {seed}) before step {step}: train_loss '
+            f'{values["train_loss"][i].tolist()}, grad_norm {values["grad_norm"][i].tolist()}. '
+            f'The last good checkpoint in {workdirs[i] / "checkpoints"} is kept; lower '
+            'config.learning_rate or set config.grad_clip_norm, then rerun.')
+    speed = (step - last_log[0]) / max(time.time() - last_log[1], 1e-9)
     last_log = (step, time.time())
-    writer.write_scalars(step, mean)
-    progress.set_postfix(loss=f'{mean["train_loss"]:.4f}', refresh=False)
+    for i, writer in enumerate(writers):
+      mean = {k: float(np.mean(v[i])) for k, v in values.items()}
+      writer.write_scalars(step, {**mean, 'steps_per_sec': speed,
+                                  'learning_rate': float(make_schedule(config)(step))})
+    progress.set_postfix(loss=f'{np.mean(values["train_loss"][:, -1]):.4f}', refresh=False)
+
+  def evaluate_split(stacked_state, split):
+    """{'loss': [seeds], 'accuracy': [seeds], 'count': int} over every example of a split."""
+    totals = 0.0
+    for i, batch in enumerate(input_pipeline.eval_batches(data.splits[split],
+                                                          config.eval_batch_size)):
+      if config.max_eval_batches and i >= config.max_eval_batches:
+        break
+      sums = eval_fn(stacked_state['params'], stacked_state['constants'],
+                     global_batch(mesh, batch))
+      totals = totals + np.stack(jax.device_get(sums), axis=-1).astype(np.float64)
+    loss, correct, count = totals[:, 0], totals[:, 1], totals[0, 2]
+    return {'loss': loss / count, 'accuracy': correct / count, 'count': int(count)}
 
   for step in range(start_step + 1, config.num_train_steps + 1):
-    batch = global_batch(mesh, next(train_iter))
-    state, step_metrics = step_fn(state, batch, dropout_key)
+    batch = global_batch(mesh, input_pipeline.stack_examples([next(it) for it in train_iters]),
+                         seed_axis=True)
+    state, step_metrics = step_fn(state, batch, dropout_keys)
     pending.append(step_metrics)
     progress.update(1)
-    if step % config.log_every == 0 or step == config.num_train_steps:
-      flush_metrics(step)
     is_last = step == config.num_train_steps
+    if step % config.log_every == 0 or is_last:
+      flush_metrics(step)
     if step % config.eval_every == 0 or is_last:
       flush_metrics(step)
-      val = evaluate(eval_fn, state, mesh, data.splits['validation'], config)
-      writer.write_scalars(step, {'val_loss': val['loss'], 'val_accuracy': val['accuracy']})
-      report(is_writer, f'step {step}: val accuracy {val["accuracy"]:.4f}, loss {val["loss"]:.4f}')
-      if val['accuracy'] > best['val_accuracy']:
-        best = {'step': step, 'val_accuracy': val['accuracy'], 'val_loss': val['loss']}
-        ckpt.save_best(step, state)
+      val = evaluate_split(state, 'validation')
+      for i, seed in enumerate(seeds):
+        writers[i].write_scalars(step, {'val_loss': val['loss'][i],
+                                        'val_accuracy': val['accuracy'][i]})
+        report(is_writer, f'seed {seed} step {step}: val accuracy {val["accuracy"][i]:.4f}, '
+               f'loss {val["loss"][i]:.4f}')
+        if val['accuracy'][i] > bests[i]['val_accuracy']:
+          bests[i] = {'step': step, 'val_accuracy': float(val['accuracy'][i]),
+                      'val_loss': float(val['loss'][i])}
+          ckpts[i].save_best(step, unstack_tree(state, i))
     if step % config.checkpoint_every == 0 or is_last:
       flush_metrics(step)
-      ckpt.save_latest(step, state, train_iter, {'best': best})
+      for i in range(len(seeds)):
+        ckpts[i].save_latest(step, unstack_tree(state, i), train_iters[i], {'best': bests[i]})
   progress.close()
 
-  # Test the last and the best-on-validation checkpoints.
-  results = {'task': config.task, 'model': config.model_name, 'head': config.model.head,
-             'seed': config.seed, 'num_params': num_params, 'steps': config.num_train_steps,
-             'test_majority_rate': majority_rate(data.splits['test']['targets'])}
+  # Test the last and the best-on-validation checkpoints of every seed.
+  best_state = stack_trees([c.restore_best(unstack_tree(state, i)) for i, c in enumerate(ckpts)])
   sections = {}
-  for name, section_state, step in (
-      ('last', state, config.num_train_steps),
-      ('best', ckpt.restore_best(state), best['step'])):
-    val = evaluate(eval_fn, section_state, mesh, data.splits['validation'], config)
-    test = evaluate(eval_fn, section_state, mesh, data.splits['test'], config)
-    sections[name] = {'step': step, 'val_accuracy': val['accuracy'], 'val_loss': val['loss'],
-                      'test_accuracy': test['accuracy'], 'test_loss': test['loss'],
-                      'test_examples': test['count']}
-  # The flat keys report the last checkpoint, as LRA did; `best` is beside it.
-  results.update({k: sections['last'][k]
-                  for k in ('val_accuracy', 'val_loss', 'test_accuracy', 'test_loss')})
-  results.update(sections)
-  if is_writer:
-    metrics_lib.write_json_atomically(workdir / RESULTS_FILE, results)
-  writer.write_scalars(config.num_train_steps, {'test_accuracy': results['test_accuracy'],
-                                                'test_loss': results['test_loss']})
-  writer.close()
-  ckpt.close()
-  return results
+  for name, section_state in (('last', state), ('best', best_state)):
+    sections[name] = (evaluate_split(section_state, 'validation'),
+                      evaluate_split(section_state, 'test'))
+  all_results = []
+  for i, seed in enumerate(seeds):
+    results = {'task': config.task, 'model': config.model_name, 'head': config.model.head,
+               'seed': int(seed), 'num_params': num_params, 'steps': config.num_train_steps,
+               'test_majority_rate': majority_rate(data.splits['test']['targets'])}
+    for name, (val, test) in sections.items():
+      results[name] = {
+          'step': config.num_train_steps if name == 'last' else bests[i]['step'],
+          'val_accuracy': float(val['accuracy'][i]), 'val_loss': float(val['loss'][i]),
+          'test_accuracy': float(test['accuracy'][i]), 'test_loss': float(test['loss'][i]),
+          'test_examples': test['count']}
+    # The flat keys report the last checkpoint, as LRA did; `best` is beside it.
+    results.update({k: results['last'][k]
+                    for k in ('val_accuracy', 'val_loss', 'test_accuracy', 'test_loss')})
+    if is_writer:
+      metrics_lib.write_json_atomically(workdirs[i] / RESULTS_FILE, results)
+    writers[i].write_scalars(config.num_train_steps, {'test_accuracy': results['test_accuracy'],
+                                                      'test_loss': results['test_loss']})
+    writers[i].close()
+    ckpts[i].close()
+    all_results.append(results)
+  return all_results
 
 
 def report(enabled: bool, message: str) -> None:

@@ -1,4 +1,4 @@
-"""Tests of lra_luna.baselines: shapes, padding invariance, jit, and each module against its formula."""
+"""Tests of lra_luna.baselines: shapes, padding, jit, and each module against its formula."""
 
 import jax
 import jax.numpy as jnp
@@ -7,9 +7,9 @@ import pytest
 from flax import nnx
 
 from lra_luna.attention import merge_heads, split_heads
-from lra_luna.baselines import (BASELINE_ATTENTIONS, LinformerAttention, LocalAttention,
-                                PerformerAttention, RandomFeatures, linear_attention,
-                                linear_attention_direct, orthogonal_gaussian_features)
+from lra_luna.baselines import (BASELINE_ATTENTIONS, LocalAttention, PerformerAttention,
+                                RandomFeatures, linear_attention, linear_attention_direct,
+                                orthogonal_gaussian_features)
 
 DIM, HEADS, LENGTH = 16, 2, 40
 # Small options so every module is cheap and local attention really has several blocks.
@@ -141,8 +141,8 @@ def test_orthogonal_features_blocks_are_orthogonal():
 
 def test_performer_approaches_softmax_attention():
   x, mask = inputs()
-  # The estimator's variance grows like exp(|q|^2 + |k|^2) (paper Lemma 2); half-scale inputs
-  # keep q, k in the regime where 4096 features should be accurate to a few percent.
+  # The estimator's relative variance grows like exp(|q + k|^2) (paper Lemma 2); half-scale
+  # inputs keep q, k where 4096 features should be accurate to a few percent.
   x = 0.5 * x
   allowed = jnp.broadcast_to(mask[:, None, :], (2, LENGTH, LENGTH))
   errors = {}

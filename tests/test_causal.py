@@ -14,14 +14,19 @@ from lra_luna.causal import (CausalLunaAttention, CausalLunaLM, causal_luna_chun
                              greedy_generate)
 
 DIM, HEADS, PACK = 16, 2, 4
-FORMS = {'cumsum': causal_luna_cumsum, 'chunked': causal_luna_chunked}
+SEQ = 11  # one module test length, so compilations are shared
+# Jitted once per shape: far fewer compilations than eager op-by-op dispatch, so the file stays fast.
+DIRECT = jax.jit(causal_luna_direct)
+FORMS = {'cumsum': jax.jit(causal_luna_cumsum),
+         'chunked': jax.jit(causal_luna_chunked, static_argnames='chunk_size')}
 
 
 def random_heads(seed, n, batch=2, heads=2, head_dim=8, pack=PACK, omega='softplus'):
   """q, k, v [B, H, n, dh] and a positive phi [B, H, n, l], as the module would produce."""
-  kq, kk, kv, kp = jax.random.split(jax.random.PRNGKey(seed), 4)
-  q, k, v = (jax.random.normal(key, (batch, heads, n, head_dim)) for key in (kq, kk, kv))
-  phi = feature_map(omega)(jax.random.normal(kp, (batch, heads, n, pack)))
+  rng = np.random.default_rng(seed)
+  q, k, v = (jnp.asarray(rng.standard_normal((batch, heads, n, head_dim)), jnp.float32)
+             for _ in range(3))
+  phi = feature_map(omega)(jnp.asarray(rng.standard_normal((batch, heads, n, pack)), jnp.float32))
   return q * head_dim**-0.5, k, v, phi
 
 
@@ -29,9 +34,36 @@ def make_attention(seed=0, **kwargs):
   return CausalLunaAttention(DIM, HEADS, rngs=nnx.Rngs(seed), **kwargs)
 
 
+@nnx.jit
+def apply(attn, x, p):
+  return attn(x, p)
+
+
+@nnx.jit
+def apply_with_dropout(attn, x, p, rngs):
+  return attn(x, p, deterministic=False, rngs=rngs)
+
+
+@nnx.jit
+def attention_step(attn, x_t, cache):
+  return attn.step(x_t, cache)
+
+
+@nnx.jit
+def lm_logits(lm, tokens):
+  return lm(tokens)
+
+
+@nnx.jit
+def decode_step(lm, token, cache):
+  return lm.decode_step(token, cache)
+
+
 def random_inputs(seed, n, batch=2):
-  kx, kp = jax.random.split(jax.random.PRNGKey(seed))
-  return jax.random.normal(kx, (batch, n, DIM)), jax.random.normal(kp, (PACK, DIM))
+  # numpy rather than jax.random: eager threefry compiles per shape and would dominate the runtime.
+  rng = np.random.default_rng(seed)
+  return (jnp.asarray(rng.standard_normal((batch, n, DIM)), jnp.float32),
+          jnp.asarray(rng.standard_normal((PACK, DIM)), jnp.float32))
 
 
 # ----------------------------------------------------------------------------- feature maps
@@ -66,7 +98,7 @@ def test_unknown_feature_map_raises_with_valid_names():
 @pytest.mark.parametrize('form', sorted(FORMS))
 def test_linear_forms_equal_direct_form(form, n, chunk_size, omega):
   q, k, v, phi = random_heads(n, n, omega=omega)
-  out_direct, probs_direct = causal_luna_direct(q, k, v, phi)
+  out_direct, probs_direct = DIRECT(q, k, v, phi)
   kwargs = dict(chunk_size=chunk_size) if form == 'chunked' else {}
   out, probs = FORMS[form](q, k, v, phi, **kwargs)
   assert out.shape == q.shape and probs.shape == phi.shape
@@ -77,14 +109,14 @@ def test_linear_forms_equal_direct_form(form, n, chunk_size, omega):
 @pytest.mark.parametrize('form', sorted(FORMS))
 def test_linear_forms_equal_direct_form_with_dropout_on_a(form):
   q, k, v, phi = random_heads(3, 21)
-  keep = jax.random.bernoulli(jax.random.PRNGKey(7), 0.7, phi.shape)
-  scale = keep / 0.7
-  out_direct, probs_direct = causal_luna_direct(q, k, v, phi, a_dropout_scale=scale)
+  keep = np.random.default_rng(7).random(phi.shape) < 0.7
+  scale = jnp.asarray(keep / 0.7, jnp.float32)
+  out_direct, probs_direct = DIRECT(q, k, v, phi, a_dropout_scale=scale)
   kwargs = dict(chunk_size=8) if form == 'chunked' else {}
   out, probs = FORMS[form](q, k, v, phi, a_dropout_scale=scale, **kwargs)
   np.testing.assert_allclose(probs, probs_direct, atol=1e-5)
   np.testing.assert_allclose(out, out_direct, atol=1e-5)
-  assert np.all(np.asarray(probs)[~np.asarray(keep)] == 0.0)
+  assert np.all(np.asarray(probs)[~keep] == 0.0)
 
 
 # ----------------------------------------------------------------------------- module
@@ -121,48 +153,49 @@ def per_head_reference(attn, x, p, omega):
 def test_module_matches_per_head_loops(implementation, tie_kv, omega):
   attn = make_attention(implementation=implementation, tie_kv=tie_kv, feature_map=omega,
                         chunk_size=4)
-  x, p = random_inputs(1, 11)
+  x, p = random_inputs(1, SEQ)
   expected = per_head_reference(attn, x, p, feature_map(omega))
-  np.testing.assert_allclose(attn(x, p), expected, atol=1e-5)
+  np.testing.assert_allclose(apply(attn, x, p), expected, atol=1e-5)
 
 
 @pytest.mark.parametrize('implementation', ['chunked', 'cumsum', 'direct'])
 def test_module_is_causal(implementation):
   attn = make_attention(implementation=implementation, chunk_size=4)
-  x, p = random_inputs(2, 13)
-  t = 6
-  changed = x.at[:, t + 1:].set(jax.random.normal(jax.random.PRNGKey(9), x[:, t + 1:].shape))
-  y, y_changed = attn(x, p), attn(changed, p)
+  x, p = random_inputs(2, SEQ)
+  t = 5
+  changed = x.at[:, t + 1:].set(random_inputs(9, SEQ - t - 1)[0])
+  y, y_changed = apply(attn, x, p), apply(attn, changed, p)
   np.testing.assert_allclose(y_changed[:, :t + 1], y[:, :t + 1], atol=1e-6)
   assert not np.allclose(y_changed[:, t + 1:], y[:, t + 1:], atol=1e-3)
 
 
 def test_module_accepts_batched_p():
   attn = make_attention()
-  x, p = random_inputs(3, 9)
-  np.testing.assert_allclose(attn(x, jnp.broadcast_to(p, (2, *p.shape))), attn(x, p), atol=1e-6)
+  x, p = random_inputs(3, SEQ)
+  batched_p = jnp.broadcast_to(p, (2, *p.shape))
+  np.testing.assert_allclose(apply(attn, x, batched_p), apply(attn, x, p), atol=1e-6)
 
 
 def test_dropout_draws_one_mask_for_every_implementation():
-  x, p = random_inputs(4, 10)
+  x, p = random_inputs(4, SEQ)
   outputs = []
   for implementation in ('chunked', 'cumsum', 'direct'):
     attn = make_attention(implementation=implementation, attention_dropout=0.3, chunk_size=4)
-    outputs.append(attn(x, p, deterministic=False, rngs=nnx.Rngs(dropout=5)))
+    outputs.append(apply_with_dropout(attn, x, p, nnx.Rngs(dropout=5)))
   np.testing.assert_allclose(outputs[1], outputs[0], atol=1e-5)
   np.testing.assert_allclose(outputs[2], outputs[0], atol=1e-5)
-  assert not np.allclose(outputs[0], attn(x, p), atol=1e-3)
+  assert not np.allclose(outputs[0], apply(attn, x, p), atol=1e-3)
 
 
 @pytest.mark.parametrize('token_rank', [2, 3])
 def test_module_step_equals_full_pass(token_rank):
   attn = make_attention(chunk_size=4)
-  x, p = random_inputs(5, 10)
-  full = attn(x, p)
+  x, p = random_inputs(5, SEQ)
+  full = apply(attn, x, p)
   cache = attn.init_cache(x.shape[0], p)
   for t in range(x.shape[1]):
     x_t = x[:, t] if token_rank == 2 else x[:, t:t + 1]
-    y_t, cache = attn.step(x_t, cache)
+    y_t, cache = attention_step(attn, x_t, cache)
     assert y_t.shape == x_t.shape
     np.testing.assert_allclose(y_t.reshape(full[:, t].shape), full[:, t], atol=1e-5)
   assert int(cache.step) == x.shape[1]
@@ -205,20 +238,22 @@ def make_lm(seed=0, **kwargs):
   return CausalLunaLM(**{**config, **kwargs}, rngs=nnx.Rngs(seed))
 
 
-def test_layers_own_distinct_pack_parameters():
+def test_layers_own_distinct_pack_parameters_and_length_is_checked():
   lm = make_lm()
   packs = [np.asarray(layer.pack[...]) for layer in lm.layers]
   assert packs[0].shape == (PACK, DIM) and not np.allclose(packs[0], packs[1])
+  with pytest.raises(ValueError, match='max_length'):
+    lm(jnp.zeros((1, 33), jnp.int32))
 
 
 def test_lm_decode_step_equals_full_pass():
   lm = make_lm(dropout=0.1, attention_dropout=0.1)
-  tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 9), 0, 11)
-  full = lm(tokens)
+  tokens = jnp.asarray(np.random.default_rng(1).integers(0, 11, (2, 9)), jnp.int32)
+  full = lm_logits(lm, tokens)
   assert full.shape == (2, 9, 11)
   cache = lm.init_cache(2)
   for t in range(tokens.shape[1]):
-    logits, cache = lm.decode_step(tokens[:, t], cache)
+    logits, cache = decode_step(lm, tokens[:, t], cache)
     np.testing.assert_allclose(logits, full[:, t], atol=1e-5)
 
 
@@ -228,12 +263,12 @@ def test_greedy_generate_follows_full_pass_argmax():
   tokens = greedy_generate(lm, prompt, 5)
   assert tokens.shape == (2, 8)
   np.testing.assert_array_equal(tokens[:, :3], prompt)
-  expected_next = jnp.argmax(lm(tokens[:, :-1]), axis=-1)[:, 2:]
+  expected_next = jnp.argmax(lm_logits(lm, tokens[:, :-1]), axis=-1)[:, 2:]
   np.testing.assert_array_equal(tokens[:, 3:], expected_next)
 
 
 def test_lm_trains_on_a_repeated_sequence():
-  lm = make_lm(dropout=0.1, attention_dropout=0.1)
+  lm = make_lm(num_layers=1, dropout=0.1, attention_dropout=0.1)
   tokens = jnp.tile(jnp.array([1, 5, 2, 7, 3, 9, 4]), (2, 3))  # [2, 21]
   inputs, targets = tokens[:, :-1], tokens[:, 1:]
   graphdef, params, rest = nnx.split(lm, nnx.Param, ...)
@@ -252,10 +287,10 @@ def test_lm_trains_on_a_repeated_sequence():
     return optax.apply_updates(params, updates), opt_state, loss
 
   opt_state = optimizer.init(params)
-  evaluate = jax.jit(lambda params: optax.softmax_cross_entropy_with_integer_labels(
-      nnx.merge(graphdef, params, rest)(inputs), targets).mean())
-  initial = float(evaluate(params))
+  losses = []
   for step in range(30):
-    params, opt_state, loss = train_step(params, opt_state, jax.random.PRNGKey(step))
-    assert np.isfinite(float(loss))
-  assert float(evaluate(params)) < 0.5 * initial
+    params, opt_state, loss = train_step(params, opt_state, jax.random.key(step))
+    losses.append(float(loss))
+  assert np.all(np.isfinite(losses))
+  # Dropout makes single losses noisy; the drop here is several-fold.
+  assert np.mean(losses[-3:]) < 0.5 * losses[0]

@@ -1,4 +1,4 @@
-"""Our seeded Pathfinder generator (lra.md §2, after Linsley et al. 2018), in the LRA release layout.
+"""Our seeded Pathfinder generator (lra.md §2, after Linsley et al. 2018) in the release layout.
 
 Every image is a deterministic function of (seed, batch, index): its random numbers come from
 `np.random.default_rng([seed, batch, index])`, so the output does not depend on the worker count.
@@ -11,19 +11,21 @@ on the 2x canvas the paddles are drawn on; the border band of width `padding` is
 
 Choices where lra.md leaves them open:
 - One intensity: all paths and both circles are drawn at the same full intensity, at every
-  resolution (the original drew 32 px targets dimmer than distractors; we do not).
-- Distractor count: round(B / distractor_length), half up, per level (hard 32 px: 20 / 4 = 5,
-  intermediate 7, easy 10), not a fixed B / 2. Each distractor gets a few tries; one that still
-  fails is skipped.
+  resolution (lra.md notes the original's 32 px setting drew targets dimmer than distractors).
+- Distractor count: round(B / distractor_length), half up, at every level (hard 32 px: 20 / 4
+  = 5, intermediate 7, easy 10), not a fixed B / 2. Each distractor starts on a random free
+  pixel and gets DISTRACTOR_TRIES tries; one that still fails is skipped.
 - Turn sampling: 16 stratified candidate turns in (-90 / continuity, 90 / continuity) degrees,
   weighted cos^2(continuity * |delta|) times 1 where the paddle fits, 0 where it does not.
 - Circles sit centred on path tips. The two target paths start at tips `seed_distance` apart and
-  grow in turns. A pair is restarted until all four tips can hold a circle (inside the padded
-  window, clear of the other path), checked before the label is used, so the label cannot bias
-  the geometry. Discs at all four tips are then kept free of distractors.
+  grow in turns, keeping room for a circle on all four tips (inside the image, centre outside the
+  padding band, clear of the other path); a pair that gets stuck restarts. All four tips get the
+  same room whatever the label, and distractors stay out of it, so no tip betrays the label.
 - Antialiasing: each 2x-canvas pixel gets the covered fraction of a 1 px ramp at the stroke
   edge; the 2x canvas is then averaged 2x2 down. PNGs are min-max scaled to 0..255, so circles
   (fully covered pixels) are 255 and thin 32 px dashes come out mid-grey.
+- Metadata: <index> is the image's index in its batch (as in sample_<index>.png); n_contrasts
+  is 1 (one intensity).
 """
 
 import concurrent.futures
@@ -51,6 +53,9 @@ NUM_CANDIDATE_TURNS = 16
 DISTRACTOR_TRIES = 5  # per distractor, before it is skipped
 MIN_FREE_FRACTION = 0.01  # stop placing distractors below this share of free pixels
 MAX_TARGET_TRIES = 10000  # a stuck pair restarts; this only guards against a hopeless setting
+# Reserved discs are grown by this much (px) to cover the mask's quantization: a point is judged
+# by its canvas pixel's centre (up to 0.18 px off) and stamps are binned (up to 0.15 px off).
+RESERVE_SLACK = 0.35
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,11 +171,11 @@ def _paddle_stamps(length: float, radius: float, soft: bool) -> tuple:
   return r_half, stamps
 
 
-def _stamp(canvas: np.ndarray, origin: int, table: tuple, start, angle: float, combine) -> None:
-  """Combines the table's stamp for a paddle from `start` (canvas px) at `angle` into canvas,
-  whose pixel 0 sits at -origin."""
+def _stamp(canvas: np.ndarray, origin: int, table: tuple, x: float, y: float, angle: float,
+           combine) -> None:
+  """Combines into `canvas` the table's stamp of a paddle starting at canvas point (x, y) in
+  direction `angle`; canvas index 0 sits at canvas coordinate -origin."""
   r_half, stamps = table
-  x, y = float(start[0]), float(start[1])
   ix, iy = math.floor(x), math.floor(y)
   sx = min(int((x - ix) * SUBPIXEL_BINS), SUBPIXEL_BINS - 1)
   sy = min(int((y - iy) * SUBPIXEL_BINS), SUBPIXEL_BINS - 1)
@@ -182,7 +187,7 @@ def _stamp(canvas: np.ndarray, origin: int, table: tuple, start, angle: float, c
 
 
 def _angle(paddle: np.ndarray) -> float:
-  return math.atan2(paddle[1, 1] - paddle[0, 1], paddle[1, 0] - paddle[0, 0])
+  return math.atan2(float(paddle[1, 1] - paddle[0, 1]), float(paddle[1, 0] - paddle[0, 0]))
 
 
 class _Scene:
@@ -203,8 +208,10 @@ class _Scene:
     # Circle centres stay out of the padding band, and circles inside the image.
     self.tip_low = max(g.padding, g.circle_radius)
     self.tip_high = g.resolution - self.tip_low
-    self.stamps = _paddle_stamps(2.0 * g.paddle_length, 2.0 * self.reach, False)
-    self.pad = max(self.stamps[0], int(math.ceil(2 * self.circle_clear_other))) + 2
+    self.stamps = _paddle_stamps(2.0 * g.paddle_length, 2.0 * (self.reach + RESERVE_SLACK),
+                                 False)
+    disc_half = int(math.ceil(2 * (self.circle_clear_other + RESERVE_SLACK)))
+    self.pad = max(self.stamps[0], disc_half) + 2
     size = 2 * g.resolution
     self.blocked = np.ones((size + 2 * self.pad,) * 2, bool)
     inner = self.pad + 2 * g.padding  # the border band stays blocked
@@ -212,7 +219,7 @@ class _Scene:
     self.canvas_pixels = size * size
     # Centre-line samples every 1/4 px (half a canvas pixel) along a paddle.
     num_points = int(math.ceil(g.paddle_length * 4)) + 1
-    self.offsets = np.linspace(0.0, g.paddle_length, num_points)[:, None]
+    self.offsets = np.linspace(0.0, g.paddle_length, num_points)
     k = NUM_CANDIDATE_TURNS
     max_turn = math.pi / 2 / g.continuity
     # Stratified turns: delta_i = turn_base_i + U(0, turn_step), one per stratum of (-max, max).
@@ -229,23 +236,28 @@ class _Scene:
     return np.array([col - self.pad, row - self.pad], float) / 2
 
   def reserve_paddle(self, paddle: np.ndarray, mask: np.ndarray) -> None:
-    _stamp(mask, self.pad, self.stamps, 2.0 * paddle[0], _angle(paddle), np.logical_or)
+    _stamp(mask, self.pad, self.stamps, 2.0 * float(paddle[0, 0]), 2.0 * float(paddle[0, 1]),
+           _angle(paddle), np.logical_or)
 
   def reserve_disc(self, centre, radius: float) -> None:
     """Blocks canvas pixels whose centre is within radius (image px) of centre."""
+    radius += RESERVE_SLACK
     y0, x0, dist = _disc(centre, radius, 2.0)
     h, w = dist.shape
     view = self.blocked[y0 + self.pad:y0 + self.pad + h, x0 + self.pad:x0 + self.pad + w]
     view |= dist <= 2.0 * radius
 
-  def _fits(self, mask: np.ndarray, points: np.ndarray, centres, radii2) -> np.ndarray:
-    """Which candidates (points [K, P, 2]) lie on free pixels, each point outside the discs
-    (centres [M, 2], squared radii [M]; None for none)."""
-    idx = (points * 2.0 + self.pad).astype(np.intp)
-    ok = ~mask[idx[..., 1], idx[..., 0]].any(axis=-1)
-    if centres is not None and ok.any():
-      gap = points[:, :, None, :] - centres
-      ok &= ((gap * gap).sum(-1) >= radii2).all(axis=(1, 2))
+  def _fits(self, mask: np.ndarray, xs: np.ndarray, ys: np.ndarray, discs) -> np.ndarray:
+    """Which candidates (centre-line samples xs, ys [K, P]) lie on free pixels with every
+    sample outside the discs (cx [M], cy [M], squared radii [M]; None for none)."""
+    ix = (xs * 2.0 + self.pad).astype(np.intp)
+    iy = (ys * 2.0 + self.pad).astype(np.intp)
+    ok = ~mask[iy, ix].any(axis=1)
+    if discs is not None:
+      cx, cy, radii2 = discs
+      dx = xs[:, :, None] - cx
+      dy = ys[:, :, None] - cy
+      ok &= ~(dx * dx + dy * dy < radii2).reshape(len(xs), -1).any(axis=1)
     return ok
 
   def grow(self, rng: np.random.Generator, tips: list, headings, num_paddles: int,
@@ -257,53 +269,53 @@ class _Scene:
     """
     g = self.geometry
     n = len(tips)
+    margin, offsets = self.margin, self.offsets
+    num_points = len(offsets)
     reach2 = self.reach ** 2
     other2, own2 = self.circle_clear_other ** 2, self.circle_clear_own ** 2
     headings = [float(h) for h in headings]
-    units = [np.array([math.cos(h), math.sin(h)]) for h in headings]
-    # Newest paddle of each path, as centre-line samples [P, 2]: not in the mask yet, so other
-    # paths test against these; the own one is exempt (the chain gap, margin, is below reach).
-    newest = [tip + self.offsets * u for tip, u in zip(tips, units)]
-    num_points = len(self.offsets)
-    # Circle room: (centres, squared radii) that each path's later paddles must stay out of.
-    room = [(np.zeros((0, 2)), np.zeros(0)) for _ in range(n)]
-    if room_for_circles:
-      for p in range(n):
-        room[p] = (np.stack(tips), np.array([other2 if q != p else own2 for q in range(n)]))
-
-    def discs(p):  # everything path p must keep out of, besides the mask
-      centres = [newest[q] for q in range(n) if q != p] + [room[p][0]]
-      radii2 = [np.full((n - 1) * num_points, reach2), room[p][1]]
-      centres, radii2 = np.concatenate(centres), np.concatenate(radii2)
-      return (centres, radii2) if len(radii2) else (None, None)
+    # Newest paddle of each path as centre-line samples: not in the mask yet, so other paths
+    # test against these; the own one is exempt (the chain gap, margin, is below the reach).
+    new_x = [float(t[0]) + offsets * math.cos(h) for t, h in zip(tips, headings)]
+    new_y = [float(t[1]) + offsets * math.sin(h) for t, h in zip(tips, headings)]
+    tip_x = np.array([float(t[0]) for t in tips])
+    tip_y = np.array([float(t[1]) for t in tips])
+    others = [[q for q in range(n) if q != p] for p in range(n)]
 
     for p in range(n):  # first paddles: clear of each other and of the other start tips
-      centres = [newest[q] for q in range(n) if q != p]
-      radii2 = [np.full(num_points, reach2)] * (n - 1)
+      parts = [(new_x[q], new_y[q], np.full(num_points, reach2)) for q in others[p]]
       if room_for_circles:
-        centres += [tips[q][None] for q in range(n) if q != p]
-        radii2 += [np.full(1, other2)] * (n - 1)
-      if centres:
-        centres, radii2 = np.concatenate(centres), np.concatenate(radii2)
-      else:
-        centres, radii2 = None, None
-      if not self._fits(self.blocked, newest[p][None], centres, radii2)[0]:
+        parts += [(tip_x[q:q + 1], tip_y[q:q + 1], np.full(1, other2)) for q in others[p]]
+      discs = tuple(np.concatenate(a) for a in zip(*parts)) if parts else None
+      if not self._fits(self.blocked, new_x[p][None], new_y[p][None], discs)[0]:
         return None
+
+    # Keep-out discs of each path: the other paths' newest samples (slot i of others[p]), then
+    # circle room (all start tips; end tips of paths as they finish).
+    keep = []
+    for p in range(n):
+      parts = [(new_x[q], new_y[q], np.full(num_points, reach2)) for q in others[p]]
+      if room_for_circles:
+        parts.append((tip_x, tip_y, np.where(np.arange(n) == p, own2, other2)))
+      keep.append([np.concatenate(a) for a in zip(*parts)] if parts else None)
     mask = self.blocked.copy()  # scratch: a stuck attempt leaves the scene untouched
-    paths = [[np.stack([tip, tip + g.paddle_length * u])] for tip, u in zip(tips, units)]
+    paths = [[np.array([[tip_x[p], tip_y[p]], [new_x[p][-1], new_y[p][-1]]])] for p in range(n)]
     k = NUM_CANDIDATE_TURNS
     for step in range(1, num_paddles):
       last_step = step == num_paddles - 1
       for p in range(n):
         deltas = self.turn_base + self.turn_step * rng.random(k)
-        weights = np.cos(np.minimum(np.abs(deltas) * g.continuity, math.pi / 2)) ** 2
-        angles = headings[p] + deltas
-        cand_units = np.stack([np.cos(angles), np.sin(angles)], axis=-1)
-        starts = paths[p][-1][1] + self.margin * cand_units
-        points = starts[:, None, :] + self.offsets * cand_units[:, None, :]
-        ok = self._fits(mask, points, *discs(p))
+        weights = np.cos(np.minimum(np.abs(deltas) * g.continuity, math.pi / 2))
+        weights *= weights
+        angles = deltas + headings[p]
+        cos, sin = np.cos(angles), np.sin(angles)
+        start_x = cos * margin + new_x[p][-1]
+        start_y = sin * margin + new_y[p][-1]
+        xs = cos[:, None] * offsets + start_x[:, None]
+        ys = sin[:, None] * offsets + start_y[:, None]
+        ok = self._fits(mask, xs, ys, keep[p])
         if last_step and room_for_circles:
-          ends = points[:, -1]
+          ends = np.stack([xs[:, -1], ys[:, -1]], axis=-1)
           ok &= ((ends >= self.tip_low) & (ends <= self.tip_high)).all(axis=1)
           for q in range(n):
             clear = self.circle_clear_other if q != p else self.circle_clear_own
@@ -315,14 +327,17 @@ class _Scene:
         choice = min(int(np.searchsorted(np.cumsum(weights), rng.random() * total,
                                          side='right')), k - 1)
         self.reserve_paddle(paths[p][-1], mask)
-        paths[p].append(np.stack([starts[choice], points[choice, -1]]))
-        newest[p] = points[choice]
+        paths[p].append(np.array([[start_x[choice], start_y[choice]],
+                                  [xs[choice, -1], ys[choice, -1]]]))
+        new_x[p], new_y[p] = xs[choice], ys[choice]
         headings[p] = float(angles[choice])
-        if last_step and room_for_circles:
-          for q in range(n):
-            if q != p:
-              room[q] = (np.concatenate([room[q][0], points[choice, -1:]]),
-                         np.append(room[q][1], other2))
+        for q in others[p]:
+          slot = others[q].index(p) * num_points
+          keep[q][0][slot:slot + num_points] = new_x[p]
+          keep[q][1][slot:slot + num_points] = new_y[p]
+          if last_step and room_for_circles:
+            keep[q] = [np.append(keep[q][0], xs[choice, -1]),
+                       np.append(keep[q][1], ys[choice, -1]), np.append(keep[q][2], other2)]
     for path in paths:
       self.reserve_paddle(path[-1], mask)
     self.blocked = mask
@@ -377,7 +392,8 @@ def _render(paddles: list, circles: np.ndarray, geometry: Geometry) -> np.ndarra
   pad = max(table[0], int(math.ceil(radius)) + 2) + 1
   canvas = np.zeros((size + 2 * pad,) * 2, np.float32)
   for paddle in paddles:
-    _stamp(canvas, pad, table, 2.0 * paddle[0], _angle(paddle), np.maximum)
+    _stamp(canvas, pad, table, 2.0 * float(paddle[0, 0]), 2.0 * float(paddle[0, 1]),
+           _angle(paddle), np.maximum)
   for centre in circles:
     y0, x0, dist = _disc(centre, geometry.circle_radius, 2.0)
     h, w = dist.shape

@@ -1,0 +1,79 @@
+"""Pathfinder (lra.md §1-2): are the two circles joined by one path? 32 x 32 px, hard level.
+
+Data: <data root>/pathfinder32/curv_contour_length_14 from the LRA release
+(`python data/import_lra_release.py <lra_release folder>`), or generated on first use (200k
+images; or beforehand: `python data/generate_pathfinder.py --resolution 32 --difficulty hard`).
+Run (full, paper values):
+  python run_lra.py --config configs/pathfinder.py:luna16 --workdir runs/pathfinder_luna16
+Quick (2-core CPU, a few minutes; 2000 images generated under <data root>/pathfinder-quick):
+  python run_lra.py --config configs/pathfinder.py:luna16,quick --workdir runs/pathfinder_luna16_quick
+Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'.
+"""
+
+import ml_collections
+
+from lra_luna import config_lib
+from lra_luna.datasets import base
+
+
+def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
+  model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
+  c = config_lib.base_config()
+  c.task = 'pathfinder'
+  # dataset_name is unused: the folder is <data root>/pathfinder<res>/<difficulty folder>.
+  c.max_length = 1024              # 32 x 32 pixels, fixed
+  c.batch_size = 512               # LRA
+  c.eval_batch_size = 512
+  c.num_train_steps = 62400        # LRA (200 epochs of 160k)
+  c.warmup_steps = 312             # LRA (the Luna reference script used 4000)
+  c.schedule = 'cosine'            # LRA: linear warmup, then cosine decay
+  c.learning_rate = 1e-3           # Luna paper Table 4 and LRA
+  c.weight_decay = 0.0             # LRA
+  c.eval_every = 2000
+  c.checkpoint_every = 2000
+
+  # Data: which set, and how to make it when it is missing (lra.md §2).
+  c.pathfinder = ml_collections.ConfigDict()
+  c.pathfinder.resolution = 32     # pixels per side: 32 (Pathfinder), 64, 128 (Path-X), 256
+  c.pathfinder.difficulty = 'hard'  # 'easy' | 'intermediate' | 'hard' (the paper's Pathfinder)
+  # True leaves out missing or empty PNGs with a warning (the release has one empty image, in
+  # pathfinder32/curv_baseline); False stops at the first with a DataError naming it.
+  c.pathfinder.skip_bad_images = False
+  c.pathfinder.generate_if_missing = True  # generate with our seeded generator if no data is there
+  c.pathfinder.num_images = 200000  # generation only: 80/10/10 train/val/test in file order
+  c.pathfinder.images_per_batch = 1000  # generation only: images per imgs/<batch> folder
+  c.pathfinder.seed = 0            # generation seed (independent of the training seed)
+
+  # Model: LRA's Pathfinder size (the Luna reference script used 1 layer of 128).
+  m = c.model
+  m.dim = 32                       # emb_dim
+  m.num_heads = 4
+  m.num_layers = 4
+  m.ffn_dim = 32                   # mlp_dim (LRA's qkv_dim 16 has no counterpart here)
+  m.classifier_dim = 32
+  m.dropout = 0.2                  # Luna paper Table 4 and LRA
+  m.attention_dropout = 0.1        # Luna paper Table 4
+  m.positions = 'learned'          # Luna reference (LRA's Transformer used sinusoidal)
+  m.init = 'reference'             # Luna reference (xavier) for the tasks other than ListOps, Text
+  m.head = 'mean'                  # LRA's table (MEAN); override with --config.model.head=cls
+  m.mask_padding = False           # pixel 0 is black, not padding (lra.md §1)
+  config_lib.set_model(c, model_name)
+
+  if quick:
+    # 2000 freshly generated images and a tiny model: a 2-core CPU runs it in minutes (above
+    # chance only by luck: Pathfinder needs the full set). The quick set gets its own data root,
+    # read when this config is built, so it never mixes with the full one.
+    c.data_dir = str(base.data_root() / 'pathfinder-quick')
+    c.pathfinder.num_images = 2000
+    c.pathfinder.images_per_batch = 500
+    c.batch_size = 64
+    c.eval_batch_size = 200
+    c.num_train_steps = 200
+    c.warmup_steps = 20
+    c.learning_rate = 2e-3
+    c.eval_every = 200
+    c.checkpoint_every = 200
+    c.log_every = 50
+    m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 32, 2, 1, 64, 64
+    m.dropout = m.attention_dropout = 0.0
+  return c

@@ -1,0 +1,82 @@
+"""Path-X (lra.md §1-2): Pathfinder at 128 x 128 px, hard level: 16384 pixel tokens.
+
+Data: <data root>/pathfinder128/curv_contour_length_14 from the LRA release
+(`python data/import_lra_release.py <lra_release folder>`; one of the release's two pathfinder128
+copies is reported unlearnable, so the import names any second copy) or generated beforehand:
+  python data/generate_pathfinder.py --resolution 128 --difficulty hard
+Run (full, paper values):
+  python run_lra.py --config configs/pathx.py:luna16 --workdir runs/pathx_luna16
+Quick (2-core CPU, a few minutes with a Luna model; 200 images generated under
+<data root>/pathx-quick; the transformer's 16385 x 16385 attention needs ~10 GB of memory):
+  python run_lra.py --config configs/pathx.py:luna16,quick --workdir runs/pathx_luna16_quick
+Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'.
+"""
+
+import ml_collections
+
+from lra_luna import config_lib
+from lra_luna.datasets import base
+
+
+def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
+  model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
+  c = config_lib.base_config()
+  c.task = 'pathx'
+  # dataset_name is unused: the folder is <data root>/pathfinder<res>/<difficulty folder>.
+  c.max_length = 16384             # 128 x 128 pixels, fixed
+  c.batch_size = 64                # LRA
+  c.eval_batch_size = 64
+  c.num_train_steps = 500000       # LRA
+  c.warmup_steps = 2500            # LRA
+  c.schedule = 'cosine'            # LRA: linear warmup, then cosine decay
+  c.learning_rate = 1e-3           # LRA (the Luna paper has no Path-X row)
+  c.weight_decay = 0.0             # LRA
+  c.grad_clip_norm = 1.0           # LRA
+  c.eval_every = 10000
+  c.checkpoint_every = 10000
+
+  # Data (lra.md §2): generating 200k images of 128 px takes long, so it is never implicit.
+  c.pathfinder = ml_collections.ConfigDict()
+  c.pathfinder.resolution = 128    # pixels per side
+  c.pathfinder.difficulty = 'hard'  # 'easy' | 'intermediate' | 'hard' (the paper's Path-X)
+  # True leaves out missing or empty PNGs with a warning; False stops at the first with a
+  # DataError naming it.
+  c.pathfinder.skip_bad_images = False
+  c.pathfinder.generate_if_missing = False  # run data/generate_pathfinder.py (above) instead
+  c.pathfinder.num_images = 200000  # generation only: 80/10/10 train/val/test in file order
+  c.pathfinder.images_per_batch = 1000  # generation only: images per imgs/<batch> folder
+  c.pathfinder.seed = 0            # generation seed (independent of the training seed)
+
+  # Model: LRA's Path-X size.
+  m = c.model
+  m.dim = 32                       # emb_dim
+  m.num_heads = 2
+  m.num_layers = 1
+  m.ffn_dim = 32                   # mlp_dim (LRA's qkv_dim 16 has no counterpart here)
+  m.classifier_dim = 32
+  m.dropout = 0.2                  # Luna paper Table 4, Pathfinder row (no Path-X row)
+  m.attention_dropout = 0.1        # Luna paper Table 4, Pathfinder row
+  m.positions = 'learned'          # LRA
+  m.init = 'reference'             # Luna reference (xavier) for the tasks other than ListOps, Text
+  m.head = 'mean'                  # LRA's table (MEAN); override with --config.model.head=cls
+  m.mask_padding = False           # pixel 0 is black, not padding (lra.md §1)
+  config_lib.set_model(c, model_name)
+
+  if quick:
+    # 200 freshly generated 128 px images (in their own data root, read when this config is
+    # built, so they never mix with the full set), full 16384-token inputs, a tiny model: a
+    # smoke test of the pipeline at Path-X length, not a result.
+    c.data_dir = str(base.data_root() / 'pathx-quick')
+    c.pathfinder.generate_if_missing = True
+    c.pathfinder.num_images = 200
+    c.pathfinder.images_per_batch = 100
+    c.batch_size = 4
+    c.eval_batch_size = 4
+    c.num_train_steps = 20
+    c.warmup_steps = 5
+    c.eval_every = 20
+    c.checkpoint_every = 20
+    c.log_every = 10
+    m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 16, 2, 1, 32, 32
+    m.dropout = m.attention_dropout = 0.0
+  return c

@@ -1,0 +1,56 @@
+"""Image (lra.md §1): grayscale CIFAR-10 from a prepared local TFDS `cifar10`, 1024 pixel tokens.
+
+Each image goes through `tf.image.rgb_to_grayscale` (as LRA did: Y = 0.2989 R + 0.5870 G +
+0.1140 B on [0, 1], back to uint8 by TF's convert_image_dtype, i.e. floor(Y * 255.5)), then is
+flattened row-major. Pixel values 0..255 are the token ids (vocab 256). There is no padding: pixel
+0 is black, not a pad, so the configs set model.mask_padding = False (LRA masked black pixels).
+"""
+
+import numpy as np
+
+from lra_luna.datasets import base
+from lra_luna.datasets import text
+
+TFDS_NAME = 'cifar10'
+VOCAB_SIZE = 256
+NUM_CLASSES = 10
+NUM_PIXELS = 32 * 32
+TRAIN_PERCENT = 90  # train[:90%] / train[90%:], as LRA
+
+
+def _read_cifar10(split: str, data_dir) -> dict:
+  tf, _ = text.import_tensorflow_datasets()
+
+  def grayscale(example):
+    pixels = tf.reshape(tf.image.rgb_to_grayscale(example['image']), [NUM_PIXELS])
+    return {'inputs': pixels, 'targets': tf.cast(example['label'], tf.int32)}
+
+  batches = text.read_tfds_split(TFDS_NAME, split, data_dir, decode=grayscale)
+  return {name: np.concatenate([batch[name] for batch in batches])
+          for name in ('inputs', 'targets')}
+
+
+def load_image(config) -> base.TaskData:
+  """CIFAR-10 as TaskData: 45k / 5k / 10k, inputs uint8 [N, 1024], targets int32 [N].
+
+  Validation is the last 10% of the TFDS train split in file order (= TFDS 'train[90%:]').
+  config: data_dir, dataset_name (cache folder), tfds_data_dir ('' = <data root>/tfds).
+  Arrays are cached in <data root>/<dataset_name>/cache_gray.npz.
+  """
+  data_dir = text.tfds_dir(config)
+  if config.max_length != NUM_PIXELS:
+    raise ValueError(f'config.max_length must be {NUM_PIXELS} (32 x 32 pixels) for the image '
+                     f'task, got {config.max_length}.')
+
+  def build() -> dict:
+    train = _read_cifar10('train', data_dir)
+    # TFDS's rule for 'train[:90%]' (rounding to the closest example).
+    num_train = round(TRAIN_PERCENT * len(train['targets']) / 100)
+    return {'train': {k: a[:num_train] for k, a in train.items()},
+            'validation': {k: a[num_train:] for k, a in train.items()},
+            'test': _read_cifar10('test', data_dir)}
+
+  cache_path = base.data_root(config.data_dir) / config.dataset_name / 'cache_gray.npz'
+  splits = base.cached_split_arrays(cache_path, build)
+  return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
+                       max_length=NUM_PIXELS)

@@ -1,0 +1,522 @@
+"""Training speed and memory of each model against sequence length: the paper's Table 2.
+
+  python -m lra_luna.profile --lengths 1024,2048,3072,4096 --batch_size 32 --out_dir runs/profile
+
+For each (model, length) it builds the model with that max_length, the real optimizer and the
+real `train.train_step`, keeps one random batch on the device, compiles ahead of time (timed on
+its own), warms up and takes the median of timed steps (stack.md, "Measuring speed and memory").
+Memory: XLA's estimate for the compiled step (argument + output - alias + temp) everywhere, and
+on GPU the device's `peak_bytes_in_use`. That peak never resets, so on GPU every point runs in a
+fresh process (`--isolate`, the default there). A point that runs out of memory is recorded as
+OOM and the sweep goes on. One device; the whole batch sits on it.
+
+Writes to --out_dir: profile.json (every point), table2.md and table2.tex (speed and memory
+relative to the vanilla Transformer, the paper's rows beside ours) and scaling.png.
+Any task config works: --config configs/<task>.py[:arg]; the default is the Text task.
+"""
+
+import argparse
+import functools
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from lra_luna import config_lib
+from lra_luna import models
+from lra_luna import train
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+TEXT_CONFIG = REPO_ROOT / 'configs' / 'text.py'
+BASELINE = 'transformer'
+CORE_MODELS = ('transformer', 'transformer_fused', 'luna16', 'luna128', 'luna256')
+# (vocab_size, num_classes) per task (lra.md §1): training reads them from the data; profiling
+# needs no data, and only the embedding and the last layer depend on them.
+TASK_SIZES = {'listops': (16, 10), 'text': (257, 2), 'retrieval': (257, 2), 'image': (256, 10),
+              'pathfinder': (256, 2), 'pathx': (256, 2)}
+PAPER_LENGTHS = (1024, 2048, 3072, 4096)
+# Luna paper Table 2 (byte-level Text, relative to the Transformer): (steps/s, peak memory).
+PAPER_TABLE2 = {
+    'local': ((1.1, 1.7, 3.2, 5.3), (0.49, 0.29, 0.19, 0.14)),
+    'linformer': ((1.2, 1.9, 3.7, 5.5), (0.44, 0.21, 0.18, 0.10)),
+    'linear_transformer': ((1.1, 1.9, 3.7, 5.6), (0.44, 0.22, 0.15, 0.11)),
+    'performer': ((1.2, 1.9, 3.8, 5.7), (0.44, 0.22, 0.15, 0.11)),
+    'luna16': ((1.2, 1.8, 3.7, 5.5), (0.44, 0.23, 0.17, 0.10)),
+    'luna128': ((1.1, 1.7, 3.4, 5.1), (0.49, 0.28, 0.21, 0.14)),
+    'luna256': ((1.1, 1.7, 3.3, 4.9), (0.60, 0.33, 0.23, 0.16)),
+}
+LABELS = {'transformer': 'Transformer', 'transformer_fused': 'Transformer (fused)',
+          'luna16': 'Luna-16', 'luna128': 'Luna-128', 'luna256': 'Luna-256',
+          'linformer': 'Linformer', 'performer': 'Performer',
+          'linear_transformer': 'Linear Trans.', 'local': 'Local Attention'}
+
+
+# ----------------------------------------------------------------------------------------------
+# Configs.
+# ----------------------------------------------------------------------------------------------
+def default_models() -> list[str]:
+  """The Transformers, the Luna models and every baseline that `lra_luna.baselines` provides."""
+  try:
+    from lra_luna import baselines
+  except ImportError:
+    return list(CORE_MODELS)
+  return [*CORE_MODELS, *(name for name, (attention, _) in config_lib.MODELS.items()
+                          if attention in baselines.BASELINE_ATTENTIONS)]
+
+
+def text_config(model_name: str):
+  """The Text task at LRA's sizes (lra.md §3), for when configs/text.py does not exist."""
+  c = config_lib.base_config()
+  c.task = 'text'
+  m = c.model
+  m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 256, 4, 4, 1024, 1024
+  m.positions = 'learned'
+  return config_lib.set_model(c, model_name)
+
+
+def load_config(spec: str, model_name: str):
+  """`path/to/<task>.py[:arg]` -> its get_config('<model>[,arg]'); '' = the Text task."""
+  if not spec:
+    if not TEXT_CONFIG.exists():
+      return text_config(model_name)
+    spec = str(TEXT_CONFIG)
+  path, _, arg = spec.partition(':')
+  module_spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(f'{model_name},{arg}' if arg else model_name)
+
+
+def point_config(spec: str, model_name: str, length: int, batch_size: int, dtype: str):
+  """The task config of one profile point: its model at `length` tokens, `batch_size`, `dtype`."""
+  config = load_config(spec, model_name)
+  config.max_length = length
+  config.batch_size = batch_size
+  config.model.dtype = dtype
+  config_lib.validate(config)
+  return config
+
+
+# ----------------------------------------------------------------------------------------------
+# One point: build, compile, time, read memory and FLOPs.
+# ----------------------------------------------------------------------------------------------
+def build_step(config):
+  """The jitted real training step (state donated), its state, a random batch, a dropout key and
+  the parameter count; state and batch already on the device."""
+  vocab_size, num_classes = TASK_SIZES[config.task]
+  mc = train.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
+                                                        num_classes=num_classes))
+  model = models.build_model(mc, config.seed)
+  num_params = models.count_params(model)
+  graphdef, params, constants = nnx.split(model, nnx.Param, ...)
+  params, constants = nnx.to_pure_dict(params), nnx.to_pure_dict(constants)
+  tx = train.make_optimizer(config)
+  state = {'params': params, 'constants': constants, 'opt_state': tx.init(params),
+           'step': jnp.zeros((), jnp.int32)}
+  rng = np.random.default_rng(config.seed)
+  input_names = ('inputs1', 'inputs2') if mc.get('dual_encoder', False) else ('inputs',)
+  # Ids from 1: no padding, so every model works on the full length.
+  batch = {name: rng.integers(1, vocab_size, (config.batch_size, config.max_length), np.int32)
+           for name in input_names}
+  batch['targets'] = rng.integers(0, num_classes, (config.batch_size,), np.int32)
+  step = jax.jit(functools.partial(train.train_step, graphdef=graphdef, tx=tx), donate_argnums=0)
+  return (step, jax.device_put(state), jax.device_put(batch), jax.random.key(config.seed),
+          num_params)
+
+
+def compiled_memory(compiled) -> dict:
+  """XLA's memory estimate of one step: argument + output - alias + temp (the donated state is
+  aliased to the new one, so it counts once).
+
+  `peak_memory_in_bytes` is kept beside it but not used: on CPU (jax 0.10) it is about the
+  argument size and leaves out the temporaries, the part that grows with length.
+  """
+  stats = compiled.memory_analysis()
+  if stats is None:
+    return {'estimated_bytes': None, 'memory_analysis': None}
+  parts = {name: int(getattr(stats, f'{name}_size_in_bytes'))
+           for name in ('argument', 'output', 'alias', 'temp')}
+  parts['peak'] = int(getattr(stats, 'peak_memory_in_bytes', 0) or 0)
+  estimate = parts['argument'] + parts['output'] - parts['alias'] + parts['temp']
+  return {'estimated_bytes': estimate, 'memory_analysis': parts}
+
+
+def compiled_flops(compiled) -> float | None:
+  """FLOPs of one step from XLA's cost analysis (a dict; a list of dicts on older jax)."""
+  cost = compiled.cost_analysis()
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else None
+  return float(cost['flops']) if cost and 'flops' in cost else None
+
+
+def measure_point(config, *, warmup: int, repeats: int, fresh_process: bool) -> dict:
+  """Compile time, median step time, memory and FLOPs of config's training step."""
+  step, state, batch, dropout_key, num_params = build_step(config)
+  start = time.perf_counter()
+  compiled = step.lower(state, batch, dropout_key).compile()
+  compile_s = time.perf_counter() - start
+  for _ in range(warmup):
+    state, _ = compiled(state, batch, dropout_key)
+  jax.block_until_ready(state)
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    state, metrics = compiled(state, batch, dropout_key)
+    jax.block_until_ready((state, metrics))
+    times.append(time.perf_counter() - start)
+  step_s = float(np.median(times))
+  # peak_bytes_in_use never resets: it belongs to this point only in a fresh process.
+  device_stats = (jax.devices()[0].memory_stats() or {}) if fresh_process else {}
+  return {'status': 'ok', 'num_params': num_params, 'compile_s': compile_s,
+          'step_times_s': times, 'step_s': step_s, 'steps_per_s': 1.0 / step_s,
+          'flops_per_step': compiled_flops(compiled), **compiled_memory(compiled),
+          'device_peak_bytes': device_stats.get('peak_bytes_in_use')}
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+  if isinstance(error, MemoryError):
+    return True
+  return isinstance(error, jax.errors.JaxRuntimeError) and mentions_out_of_memory(str(error))
+
+
+def mentions_out_of_memory(text: str) -> bool:
+  return 'RESOURCE_EXHAUSTED' in text or 'out of memory' in text.lower()
+
+
+def oom_point(model_name: str, length: int, reason: str) -> dict:
+  return {'model': model_name, 'length': length, 'status': 'oom', 'error': reason[-2000:]}
+
+
+def profile_point(args, model_name: str, length: int, *, fresh_process: bool = False) -> dict:
+  """One point in this process; out of memory gives an OOM point, any other error is raised."""
+  config = point_config(args.config, model_name, length, args.batch_size, args.dtype)
+  try:
+    result = measure_point(config, warmup=args.warmup, repeats=args.repeats,
+                           fresh_process=fresh_process)
+  except Exception as error:  # pylint: disable=broad-except
+    if not is_out_of_memory(error):
+      raise
+    return oom_point(model_name, length, f'{type(error).__name__}: {error}')
+  return {'model': model_name, 'length': length, **result}
+
+
+def profile_point_isolated(args, model_name: str, length: int) -> dict:
+  """One point in a fresh Python process; a process killed by a signal counts as OOM."""
+  with tempfile.TemporaryDirectory() as tmp:
+    result_path = pathlib.Path(tmp) / 'point.json'
+    command = [sys.executable, '-m', 'lra_luna.profile', '--point_output', str(result_path),
+               '--models', model_name, '--lengths', str(length), '--config', args.config,
+               '--batch_size', str(args.batch_size), '--dtype', args.dtype,
+               '--warmup', str(args.warmup), '--repeats', str(args.repeats)]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
+    if result_path.exists():
+      return json.loads(result_path.read_text())
+  if done.returncode < 0 or mentions_out_of_memory(done.stderr):
+    # A negative code is a signal, typically SIGKILL from the host's OOM killer.
+    return oom_point(model_name, length, f'worker exited with {done.returncode}: {done.stderr}')
+  raise RuntimeError(f'Profiling {model_name} at length {length} failed (exit '
+                     f'{done.returncode}):\n{done.stderr[-4000:]}')
+
+
+def device_info() -> dict:
+  device = jax.devices()[0]
+  return {'platform': device.platform, 'device_kind': device.device_kind,
+          'jax_version': jax.__version__, 'cpu_count': os.cpu_count()}
+
+
+def probe_device_info() -> dict:
+  """device_info() from a fresh process, so that this one never claims the accelerator."""
+  code = 'import json; from lra_luna import profile; print(json.dumps(profile.device_info()))'
+  done = subprocess.run([sys.executable, '-c', code], cwd=REPO_ROOT, capture_output=True,
+                        text=True, check=True)
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def mib(num_bytes) -> str:
+  return '-' if num_bytes is None else f'{num_bytes / 2**20:.0f}'
+
+
+def describe(point: dict) -> str:
+  """One progress line."""
+  name = f'{point["model"]} @ {point["length"]}'
+  if point['status'] == 'oom':
+    return f'{name}: OOM'
+  return (f'{name}: {point["steps_per_s"]:.3g} steps/s (compile {point["compile_s"]:.1f} s), '
+          f'memory estimate {mib(point["estimated_bytes"])} MiB, device peak '
+          f'{mib(point["device_peak_bytes"])} MiB, '
+          f'{(point["flops_per_step"] or 0) / 1e9:.1f} GFLOP/step')
+
+
+# ----------------------------------------------------------------------------------------------
+# Tables and the scaling figure.
+# ----------------------------------------------------------------------------------------------
+def memory_key(points) -> str:
+  """The memory the tables compare: the device's peak where every point has it, else XLA's."""
+  measured = [p for p in points if p['status'] == 'ok']
+  if measured and all(p.get('device_peak_bytes') for p in measured):
+    return 'device_peak_bytes'
+  return 'estimated_bytes'
+
+
+MEMORY_LABELS = {'device_peak_bytes': "device peak_bytes_in_use",
+                 'estimated_bytes': 'XLA compiled-memory estimate'}
+
+
+def relative_cell(index: dict, model_name: str, length: int, key: str):
+  """point[key] / Transformer's point[key] at that length; 'OOM', 'OOM baseline' or None."""
+  point, base = index.get((model_name, length)), index.get((BASELINE, length))
+  if point is None or base is None:
+    return None
+  if point['status'] == 'oom':
+    return 'OOM'
+  if base['status'] == 'oom':
+    return 'OOM baseline'
+  if not point.get(key) or not base.get(key):
+    return None
+  return point[key] / base[key]
+
+
+def relative_rows(results: dict) -> list[tuple[str, list]]:
+  """(label, cells) per row: ours (speed then memory over every length), each with the paper's
+  row below it where the paper has one. Our cells are floats, 'OOM...' or None."""
+  points, lengths = results['points'], results['lengths']
+  index = {(p['model'], p['length']): p for p in points}
+  memory = memory_key(points)
+  models_in_order = sorted(results['models'], key=lambda name: name != BASELINE)
+  rows = []
+  for name in models_in_order:
+    cells = ([relative_cell(index, name, n, 'steps_per_s') for n in lengths]
+             + [relative_cell(index, name, n, memory) for n in lengths])
+    rows.append((LABELS.get(name, name), cells))
+    if name in PAPER_TABLE2 and set(lengths) & set(PAPER_LENGTHS):
+      speed, peak = (dict(zip(PAPER_LENGTHS, values)) for values in PAPER_TABLE2[name])
+      rows.append((f'{LABELS.get(name, name)} (paper)',
+                   [speed.get(n) for n in lengths] + [peak.get(n) for n in lengths]))
+  return rows
+
+
+def format_cell(cell, paper: bool) -> str:
+  if cell is None:
+    return '-'
+  if isinstance(cell, str):
+    return cell
+  return f'{cell:g}' if paper else f'{cell:.2f}'
+
+
+def length_label(length: int) -> str:
+  return f'{length // 1024}K' if length % 1024 == 0 else str(length)
+
+
+def fitted_slope(lengths, values) -> float | None:
+  """Slope of log(value) against log(length): 1 = linear, 2 = quadratic."""
+  if len(lengths) < 2:
+    return None
+  return float(np.polyfit(np.log(lengths), np.log(values), 1)[0])
+
+
+def scaling_slopes(points, key: str) -> dict:
+  """model -> fitted log-log slope of `key` (1 / steps_per_s is the step time) over its points."""
+  slopes = {}
+  for name in dict.fromkeys(p['model'] for p in points):
+    measured = sorted((p['length'], p[key]) for p in points
+                      if p['model'] == name and p['status'] == 'ok' and p.get(key))
+    if measured:
+      lengths, values = zip(*measured)
+      slopes[name] = fitted_slope(lengths, values)
+  return slopes
+
+
+def absolute_note(results: dict) -> str:
+  """The Transformer's own numbers, which the relative cells divide by."""
+  memory = memory_key(results['points'])
+  parts = []
+  for p in results['points']:
+    if p['model'] == BASELINE:
+      value = ('OOM' if p['status'] == 'oom' else
+               f'{p["steps_per_s"]:.3g} steps/s, {mib(p[memory])} MiB')
+      parts.append(f'{length_label(p["length"])}: {value}')
+  return (f'Transformer ({BASELINE}) absolute: ' + '; '.join(parts)) if parts else (
+      f'No {BASELINE} points in this sweep: relative cells are empty.')
+
+
+def setting_line(results: dict) -> str:
+  return (f'Task {results["task"]}, batch {results["batch_size"]}, {results["dtype"]}, '
+          f'{results["device"]["device_kind"]} ({results["device"]["platform"]}), '
+          f'jax {results["device"]["jax_version"]}; memory = '
+          f'{MEMORY_LABELS[memory_key(results["points"])]}.')
+
+
+def markdown_table(results: dict) -> str:
+  lengths = results['lengths']
+  headers = ([f'steps/s {length_label(n)}' for n in lengths]
+             + [f'memory {length_label(n)}' for n in lengths])
+  lines = ['# Table 2: training speed and peak memory relative to the Transformer', '',
+           setting_line(results) + ' Higher steps/s and lower memory are better.', '',
+           '| Model | ' + ' | '.join(headers) + ' |', '|---' * (len(headers) + 1) + '|']
+  for label, cells in relative_rows(results):
+    paper = label.endswith('(paper)')
+    lines.append(f'| {label} | ' + ' | '.join(format_cell(c, paper) for c in cells) + ' |')
+  lines += ['', absolute_note(results), '',
+            '## Fitted log-log slopes against length (1 = linear, 2 = quadratic)', '',
+            '| Model | step time | memory |', '|---|---|---|']
+  time_slopes, memory_slopes = results['slopes']['step_s'], results['slopes']['memory']
+  for name in results['models']:
+    lines.append(f'| {LABELS.get(name, name)} | {format_cell(time_slopes.get(name), False)} | '
+                 f'{format_cell(memory_slopes.get(name), False)} |')
+  lines += ['', '## Every point', '',
+            '| Model | length | steps/s | compile s | GFLOP/step | estimate MiB | device peak MiB '
+            '| parameters |', '|---' * 8 + '|']
+  for p in results['points']:
+    if p['status'] == 'oom':
+      lines.append(f'| {p["model"]} | {p["length"]} | OOM | | | | | |')
+      continue
+    lines.append(f'| {p["model"]} | {p["length"]} | {p["steps_per_s"]:.3g} | '
+                 f'{p["compile_s"]:.1f} | {(p["flops_per_step"] or 0) / 1e9:.1f} | '
+                 f'{mib(p["estimated_bytes"])} | {mib(p["device_peak_bytes"])} | '
+                 f'{p["num_params"]} |')
+  return '\n'.join(lines) + '\n'
+
+
+def latex_table(results: dict) -> str:
+  lengths = results['lengths']
+  k = len(lengths)
+  escape = lambda text: text.replace('_', r'\_').replace('%', r'\%')
+  header = ' & '.join(length_label(n) for n in lengths)
+  lines = [r'\begin{table}', r'\centering',
+           r'\caption{Training speed and peak memory relative to the Transformer. '
+           + escape(setting_line(results)) + ' ' + escape(absolute_note(results)) + '}',
+           r'\label{tab:lra_efficiency_ours}',
+           r'\begin{tabular}{l|' + 'c' * k + '|' + 'c' * k + '}', r'\toprule',
+           rf' & \multicolumn{{{k}}}{{c|}}{{Steps per second $\uparrow$}} & '
+           rf'\multicolumn{{{k}}}{{c}}{{Peak Memory Usage $\downarrow$}}\\',
+           rf'Model & {header} & {header} \\', r'\midrule']
+  for label, cells in relative_rows(results):
+    paper = label.endswith('(paper)')
+    lines.append(escape(label) + ' & '
+                 + ' & '.join(escape(format_cell(c, paper)) for c in cells) + r' \\')
+  lines += [r'\bottomrule', r'\end{tabular}', r'\end{table}']
+  return '\n'.join(lines) + '\n'
+
+
+def plot_scaling(results: dict, path: pathlib.Path) -> None:
+  """Log-log step time and memory against length, one line per model, slope in the legend."""
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+
+  memory = memory_key(results['points'])
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+  panels = ((axes[0], 'step_s', 'seconds per training step', 1.0),
+            (axes[1], memory, f'{MEMORY_LABELS[memory]} (MiB)', 2.0**-20))
+  for ax, key, ylabel, scale in panels:
+    slopes = results['slopes']['step_s' if key == 'step_s' else 'memory']
+    for name in results['models']:
+      measured = sorted((p['length'], p[key] * scale) for p in results['points']
+                        if p['model'] == name and p['status'] == 'ok' and p.get(key))
+      if not measured:
+        continue
+      slope = slopes.get(name)
+      label = LABELS.get(name, name) + (f' (slope {slope:.2f})' if slope is not None else '')
+      ax.plot(*zip(*measured), marker='o', label=label)
+    ax.set_xscale('log')
+    ax.set_yscale('log')
+    ax.set_xlabel('sequence length')
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+    ax.grid(True, which='both', alpha=0.3)
+  fig.suptitle(setting_line(results), fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def write_outputs(results: dict, out_dir: pathlib.Path) -> None:
+  """profile.json, table2.md, table2.tex and scaling.png in out_dir."""
+  out_dir.mkdir(parents=True, exist_ok=True)
+  points = results['points']
+  results['slopes'] = {'step_s': scaling_slopes(points, 'step_s'),
+                       'memory': scaling_slopes(points, memory_key(points))}
+  (out_dir / 'profile.json').write_text(json.dumps(results, indent=2) + '\n')
+  (out_dir / 'table2.md').write_text(markdown_table(results))
+  (out_dir / 'table2.tex').write_text(latex_table(results))
+  plot_scaling(results, out_dir / 'scaling.png')
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line.
+# ----------------------------------------------------------------------------------------------
+def comma_list(cast):
+  return lambda text: [cast(part) for part in text.split(',') if part.strip()]
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(prog='python -m lra_luna.profile', description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--models', type=comma_list(str), default=None,
+                      help='comma-separated models (default: Transformers, Luna, baselines)')
+  parser.add_argument('--lengths', type=comma_list(int), default=[1024, 2048, 3072, 4096],
+                      help='comma-separated sequence lengths')
+  parser.add_argument('--batch_size', type=int, default=32)
+  parser.add_argument('--config', default='',
+                      help="configs/<task>.py[:arg]; '' = the Text task (configs/text.py)")
+  parser.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
+  parser.add_argument('--out_dir', default='runs/profile')
+  parser.add_argument('--repeats', type=int, default=10, help='timed steps (median reported)')
+  parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compiling')
+  parser.add_argument('--isolate', action=argparse.BooleanOptionalAction, default=None,
+                      help='each point in a fresh process (default: on GPU only)')
+  parser.add_argument('--point_output', default=None, help=argparse.SUPPRESS)  # worker mode
+  args = parser.parse_args(argv)
+  args.models = args.models or default_models()
+  unknown = sorted(set(args.models) - set(config_lib.MODELS))
+  if unknown:
+    parser.error(f'unknown models {unknown}; valid choices: {sorted(config_lib.MODELS)}')
+  if args.config:
+    # Absolute, so that worker processes (run from the repository root) find it.
+    path, sep, arg = args.config.partition(':')
+    args.config = str(pathlib.Path(path).resolve()) + sep + arg
+  return args
+
+
+def main(argv=None) -> dict | None:
+  args = parse_args(argv)
+  if args.point_output:
+    # Worker: one point in this fresh process, written where the parent reads it.
+    point = profile_point(args, args.models[0], args.lengths[0], fresh_process=True)
+    point['device'] = device_info()
+    pathlib.Path(args.point_output).write_text(json.dumps(point))
+    return None
+  device = probe_device_info() if args.isolate is None else None
+  isolate = device['platform'] == 'gpu' if args.isolate is None else args.isolate
+  device = device or (probe_device_info() if isolate else device_info())
+  config = load_config(args.config, args.models[0])
+  results = {'device': device, 'task': config.task, 'config': args.config or 'text',
+             'batch_size': args.batch_size, 'dtype': args.dtype, 'models': args.models,
+             'lengths': args.lengths, 'repeats': args.repeats, 'warmup': args.warmup,
+             'isolated': isolate, 'points': []}
+  out_dir = pathlib.Path(args.out_dir)
+  print(setting_line(results), flush=True)
+  for model_name in args.models:
+    for length in args.lengths:
+      point = (profile_point_isolated(args, model_name, length) if isolate
+               else profile_point(args, model_name, length))
+      point.pop('device', None)
+      results['points'].append(point)
+      print(describe(point), flush=True)
+      write_outputs(results, out_dir)  # After every point, so an interrupted sweep keeps its data.
+  print(f'Wrote profile.json, table2.md, table2.tex and scaling.png to {out_dir}.')
+  return results
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,388 @@
+"""Tables and figure of a sweep, beside the published numbers (luna.md §7, lra.md §5).
+
+  python -m lra_luna.report runs/sweep [--checkpoint best|last] [--profile profile.json]
+                            [--out_dir runs/sweep/report]
+
+Reads every results.json under the sweep folder (by its own task/model/head/seed keys, not its
+path) and writes to out_dir (default SWEEP_DIR/report):
+- table1.{md,tex,csv}: test accuracy per task and (model, head): mean ± sample std (ddof=1) over
+  seeds with n; the average over the five tasks and without Retrieval; the papers' rows beside.
+- table3.{md,tex,csv}: Luna's [CLS] (`cls`) vs mean-pooled final P (`mean_p`) on ListOps, Text,
+  Retrieval, with their average.
+- figure1.{png,pdf}: accuracy (y) vs training steps/s (x), circle area proportional to memory.
+Accuracies are percent of the chosen checkpoint's test set; every table says which checkpoint.
+A missing cell is '—' (empty in CSV), never 0; an average needs every one of its tasks.
+
+Figure 1. y: the average without Retrieval (the paper's Figure 1) for the rows that have it;
+if none has, the task with the most rows. x and circle area, with --profile: the profile's point
+of each model at the longest length measured for all plotted models (else the longest there is).
+Fields read per point (the file is a list of points, or {'points': [...]}): 'model', 'length',
+'steps_per_sec', 'memory_bytes' (optional: no circle size without it) and 'oom' (optional:
+true = not measured); others are ignored. Without --profile: x = the median logged training
+steps/s of the runs behind y (metrics.jsonl; a vmapped run logs the speed of all its seeds
+together), all circles one size.
+"""
+
+import argparse
+import csv
+import dataclasses
+import json
+import pathlib
+import statistics
+import sys
+
+from lra_luna import config_lib
+from lra_luna import metrics as metrics_lib
+from lra_luna import published
+from lra_luna import train
+
+TASK_NAMES = {'listops': 'ListOps', 'text': 'Text', 'retrieval': 'Retrieval', 'image': 'Image',
+              'pathfinder': 'Pathfinder', 'pathx': 'Path-X'}
+HEADS = ('cls', 'mean', 'mean_p')
+CHECKPOINTS = {'best': 'best checkpoint (highest validation accuracy)',
+               'last': 'last checkpoint (end of training)'}
+MISSING = '—'
+AVG, AVG_NO_RETRIEVAL = 'avg', 'avg_no_retrieval'
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading results.
+# ----------------------------------------------------------------------------------------------
+def load_results(sweep_dir) -> list[dict]:
+  """Every results.json under sweep_dir, each with its folder as 'workdir'."""
+  found, seen = [], {}
+  for path in sorted(pathlib.Path(sweep_dir).rglob(train.RESULTS_FILE)):
+    result = json.loads(path.read_text())
+    key = (result['task'], result['model'], result['head'], result['seed'])
+    if key in seen:
+      # Averaging a run twice would weigh it double; the user must say which one counts.
+      raise ValueError(f'Two results for task/model/head/seed {key}: {seen[key]} and {path}.')
+    seen[key] = path
+    found.append({**result, 'workdir': path.parent})
+  return found
+
+
+def test_accuracy(result: dict, checkpoint: str) -> float:
+  if checkpoint not in result:
+    raise ValueError(f"{result['workdir']} has no '{checkpoint}' section in its results.json.")
+  return 100.0 * result[checkpoint]['test_accuracy']
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """A test accuracy (percent): a mean over n seeds and their sample std (None for one seed, a
+  published number or an average over tasks)."""
+  mean: float
+  std: float | None = None
+  n: int | None = None
+
+
+def seed_statistics(accuracies: list[float]) -> Cell:
+  std = statistics.stdev(accuracies) if len(accuracies) > 1 else None
+  return Cell(statistics.fmean(accuracies), std, len(accuracies))
+
+
+def summarize(results: list[dict], checkpoint: str) -> dict:
+  """{(model, head): {task: Cell}} over seeds."""
+  grouped = {}
+  for r in results:
+    grouped.setdefault((r['model'], r['head']), {}).setdefault(r['task'], []).append(
+        test_accuracy(r, checkpoint))
+  return {key: {task: seed_statistics(accs) for task, accs in tasks.items()}
+          for key, tasks in grouped.items()}
+
+
+def average(cells: dict, tasks) -> Cell | None:
+  """Mean of the task means; None unless every task is there."""
+  if any(cells.get(t) is None for t in tasks):
+    return None
+  return Cell(statistics.fmean(cells[t].mean for t in tasks))
+
+
+def row_order(key):
+  """Models in config_lib.MODELS order, then heads in HEADS order."""
+  model, head = key
+  models = list(config_lib.MODELS)
+  return (models.index(model) if model in models else len(models), model,
+          HEADS.index(head) if head in HEADS else len(HEADS), head)
+
+
+# ----------------------------------------------------------------------------------------------
+# Tables.
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Row:
+  label: str
+  head: str
+  source: str          # 'ours' or 'paper, table'
+  values: dict         # column key -> Cell
+  group: int           # rows of one group sit together between rules
+
+
+@dataclasses.dataclass
+class Table:
+  name: str            # file stem
+  title: str
+  columns: list        # [(key, header)]
+  rows: list
+
+
+def published_row(entry: published.PublishedRow, group: int, columns) -> Row:
+  """A paper's row; its head is blank where the paper ran its own protocol."""
+  values = {t: Cell(v) for t, v in entry.accuracy.items()}
+  for key, value in ((AVG, entry.average), (AVG_NO_RETRIEVAL, entry.average_no_retrieval)):
+    if value is not None and key in dict(columns):
+      values[key] = Cell(value)
+  return Row(entry.label, entry.head or '', f'{entry.paper}, {entry.table}', values, group)
+
+
+def table1(summary: dict, checkpoint: str) -> Table:
+  tasks = list(published.TASKS)
+  if any('pathx' in cells for cells in summary.values()):
+    tasks.append('pathx')  # Shown when run; not in the averages, as in the papers.
+  no_retrieval = [t for t in published.TASKS if t != 'retrieval']
+  columns = ([(t, TASK_NAMES[t]) for t in tasks] +
+             [(AVG, 'Avg.'), (AVG_NO_RETRIEVAL, 'Avg. (w/o Retrieval)')])
+  rows = []
+  for group, (model, head) in enumerate(sorted(summary, key=row_order)):
+    cells = summary[(model, head)]
+    rows.append(Row(model, head, 'ours', {**cells, AVG: average(cells, published.TASKS),
+                                          AVG_NO_RETRIEVAL: average(cells, no_retrieval)}, group))
+    rows += [published_row(p, group, columns)
+             for p in published.matching(published.TABLE1, model, head)]
+  title = (f'Table 1: LRA test accuracy (%), {CHECKPOINTS[checkpoint]}; ours: mean ± sample std '
+           'over seeds (n seeds); averages over tasks of the task means.')
+  return Table('table1', title, columns, rows)
+
+
+def table3(summary: dict, checkpoint: str) -> Table:
+  tasks = published.CLS_VS_P_TASKS
+  columns = [(t, TASK_NAMES[t]) for t in tasks] + [(AVG, 'Avg.')]
+  luna_models = sorted({m for m, _ in summary if config_lib.MODELS.get(m, ('',))[0] == 'luna'},
+                       key=lambda m: row_order((m, '')))
+  rows = []
+  for group, model in enumerate(luna_models):
+    for head in ('cls', 'mean_p'):
+      cells = {t: c for t, c in summary.get((model, head), {}).items() if t in tasks}
+      rows.append(Row(model, head, 'ours', {**cells, AVG: average(cells, tasks)}, group))
+    rows += [published_row(p, group, columns)
+             for p in published.TABLE3 if p.model == model]
+  title = (f'Table 3: [CLS] (cls) vs mean-pooled P (mean_p), test accuracy (%), '
+           f'{CHECKPOINTS[checkpoint]}; ours: mean ± sample std over seeds (n seeds).')
+  return Table('table3', title, columns, rows)
+
+
+def format_cell(cell: Cell | None, plus_minus: str) -> str:
+  if cell is None:
+    return MISSING
+  text = f'{cell.mean:.2f}'
+  if cell.std is not None:
+    text += f' {plus_minus} {cell.std:.2f}'
+  if cell.n is not None:
+    text += f' ({cell.n})'
+  return text
+
+
+def to_markdown(table: Table) -> str:
+  header = ['Model', 'Head', 'Source'] + [h for _, h in table.columns]
+  lines = [table.title, '', '| ' + ' | '.join(header) + ' |',
+           '|' + '---|' * 3 + '---:|' * len(table.columns)]
+  for row in table.rows:
+    cells = [format_cell(row.values.get(k), '±') for k, _ in table.columns]
+    lines.append('| ' + ' | '.join([row.label, row.head, row.source] + cells) + ' |')
+  return '\n'.join(lines) + '\n'
+
+
+def latex_escape(text: str) -> str:
+  return text.replace('\\', r'\textbackslash{}').replace('_', r'\_').replace('&', r'\&') \
+             .replace('%', r'\%').replace('#', r'\#')
+
+
+def to_latex(table: Table) -> str:
+  header = ['Model', 'Head', 'Source'] + [h for _, h in table.columns]
+  lines = [r'\begin{table}', r'\centering', r'\small',
+           r'\caption{' + latex_escape(table.title).replace('±', r'$\pm$') + '}',
+           r'\label{tab:' + table.name + '}',
+           r'\begin{tabular}{lll' + 'r' * len(table.columns) + '}', r'\toprule',
+           ' & '.join(latex_escape(h) for h in header) + r' \\', r'\midrule']
+  for i, row in enumerate(table.rows):
+    if i and row.group != table.rows[i - 1].group:
+      lines.append(r'\midrule')
+    cells = [format_cell(row.values.get(k), r'$\pm$').replace(MISSING, '--')
+             for k, _ in table.columns]
+    lines.append(' & '.join([latex_escape(row.label), latex_escape(row.head),
+                             latex_escape(row.source)] + cells) + r' \\')
+  lines += [r'\bottomrule', r'\end{tabular}', r'\end{table}']
+  return '\n'.join(lines) + '\n'
+
+
+def write_csv(table: Table, checkpoint: str, path: pathlib.Path) -> None:
+  """One row per table row; per column its mean, std and n (empty where missing)."""
+  fields = ['model', 'head', 'source', 'checkpoint']
+  for key, _ in table.columns:
+    fields += [f'{key}_mean', f'{key}_std', f'{key}_n']
+  with path.open('w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(fields)
+    for row in table.rows:
+      line = [row.label, row.head, row.source, checkpoint if row.source == 'ours' else '']
+      for key, _ in table.columns:
+        cell = row.values.get(key)
+        line += ['', '', ''] if cell is None else [
+            f'{cell.mean:.4f}', '' if cell.std is None else f'{cell.std:.4f}',
+            '' if cell.n is None else cell.n]
+      writer.writerow(line)
+
+
+def write_table(table: Table, checkpoint: str, out_dir: pathlib.Path) -> list[pathlib.Path]:
+  paths = [out_dir / f'{table.name}.{ext}' for ext in ('md', 'tex', 'csv')]
+  paths[0].write_text(to_markdown(table))
+  paths[1].write_text(to_latex(table))
+  write_csv(table, checkpoint, paths[2])
+  return paths
+
+
+# ----------------------------------------------------------------------------------------------
+# Figure 1.
+# ----------------------------------------------------------------------------------------------
+def measured_points(profile) -> list[dict]:
+  """The measured points of a loaded profile JSON (see the module docstring for the fields)."""
+  points = profile.get('points', []) if isinstance(profile, dict) else profile
+  return [p for p in points
+          if not p.get('oom') and p.get('steps_per_sec') is not None
+          and 'model' in p and 'length' in p]
+
+
+def figure_accuracy(summary: dict) -> tuple[str, str | None, dict]:
+  """(y label, its task or None for the average, {(model, head): accuracy}); see the module
+  docstring."""
+  no_retrieval = [t for t in published.TASKS if t != 'retrieval']
+  averages = {k: average(c, no_retrieval) for k, c in summary.items()}
+  averages = {k: c.mean for k, c in averages.items() if c is not None}
+  if averages:
+    return 'average test accuracy w/o Retrieval (%)', None, averages
+  counts = {t: sum(t in c for c in summary.values()) for t in TASK_NAMES}
+  task = max(TASK_NAMES, key=lambda t: counts[t])  # Ties go to the earlier task.
+  return (f'{TASK_NAMES[task]} test accuracy (%)', task,
+          {k: c[task].mean for k, c in summary.items() if task in c})
+
+
+def profile_speeds(points: list[dict], models) -> tuple[str, dict]:
+  """(x label, {model: (steps/s, memory bytes or None)}) at one length for every model."""
+  lengths_of = {m: {p['length'] for p in points if p['model'] == m} for m in models}
+  measured = [ls for ls in lengths_of.values() if ls]
+  common = set.intersection(*measured) if measured else set()
+  every = set().union(*measured) if measured else set()
+  if not every:
+    return 'training steps/s', {}
+  length = max(common or every)
+  at_length = {p['model']: p for p in points if p['length'] == length and p['model'] in models}
+  return (f'training steps/s at length {length} (profile)',
+          {m: (p['steps_per_sec'], p.get('memory_bytes')) for m, p in at_length.items()})
+
+
+def logged_speed(result: dict) -> float | None:
+  speeds = [row['steps_per_sec'] for row in
+            metrics_lib.read_jsonl(result['workdir'] / metrics_lib.METRICS_FILE)
+            if 'steps_per_sec' in row]
+  return statistics.median(speeds) if speeds else None
+
+
+def write_figure(summary: dict, results: list[dict], profile_points: list[dict] | None,
+                 out_dir: pathlib.Path) -> list[pathlib.Path]:
+  import matplotlib
+  matplotlib.use('Agg')  # Files only, no display.
+  from matplotlib import pyplot as plt
+
+  y_label, y_task, accuracy = figure_accuracy(summary)
+  points = {}  # (model, head) -> (x, y, memory or None)
+  if profile_points is not None:
+    x_label, speeds = profile_speeds(profile_points, {m for m, _ in accuracy})
+    for (model, head), y in accuracy.items():
+      if model in speeds:
+        points[(model, head)] = (speeds[model][0], y, speeds[model][1])
+  else:
+    x_label = 'training steps/s (median logged; no profile given)'
+    for key, y in accuracy.items():
+      speeds = [logged_speed(r) for r in results if (r['model'], r['head']) == key
+                and (y_task is None or r['task'] == y_task)]
+      speeds = [s for s in speeds if s is not None]
+      if speeds:
+        points[key] = (statistics.median(speeds), y, None)
+  left_out = sorted(set(accuracy) - set(points), key=row_order)
+  if left_out:
+    print(f'Figure 1 leaves out (no speed measured): {left_out}', file=sys.stderr)
+
+  fig, ax = plt.subplots(figsize=(6, 4.5))
+  memories = [m for _, _, m in points.values() if m]
+  biggest = max(memories) if memories else None
+  several_heads = {m for m, _ in points if sum(mm == m for mm, _ in points) > 1}
+  for (model, head), (x, y, memory) in sorted(points.items(), key=lambda kv: row_order(kv[0])):
+    area = 2000.0 * memory / biggest if memory and biggest else 200.0  # area ∝ memory
+    ax.scatter([x], [y], s=area, alpha=0.5, edgecolors='black')
+    label = f'{model} [{head}]' if model in several_heads else model
+    if memory:
+      label += f'\n{memory / 2**30:.2f} GiB'
+    ax.annotate(label, (x, y), textcoords='offset points', xytext=(0, 0), ha='center',
+                va='center', fontsize=8)
+  if not points:
+    ax.text(0.5, 0.5, 'no points: no speed measured for any model', ha='center',
+            transform=ax.transAxes)
+  ax.set_xlabel(x_label)
+  ax.set_ylabel(y_label)
+  size_note = 'circle area ∝ peak memory' if memories else 'no memory measured'
+  ax.set_title(f'Accuracy vs speed ({size_note})', fontsize=10)
+  ax.margins(0.2)
+  fig.tight_layout()
+  paths = [out_dir / 'figure1.png', out_dir / 'figure1.pdf']
+  for path in paths:
+    fig.savefig(path, dpi=150)
+  plt.close(fig)
+  return paths
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line.
+# ----------------------------------------------------------------------------------------------
+def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None) -> list:
+  """Writes the tables and the figure; returns the paths written."""
+  if checkpoint not in CHECKPOINTS:
+    raise ValueError(f'checkpoint = {checkpoint!r}; valid choices: {list(CHECKPOINTS)}.')
+  results = load_results(sweep_dir)
+  if not results:
+    raise FileNotFoundError(f'No {train.RESULTS_FILE} under {sweep_dir}.')
+  out_dir = pathlib.Path(out_dir or pathlib.Path(sweep_dir) / 'report')
+  out_dir.mkdir(parents=True, exist_ok=True)
+  summary = summarize(results, checkpoint)
+  paths = []
+  for table in (table1(summary, checkpoint), table3(summary, checkpoint)):
+    paths += write_table(table, checkpoint, out_dir)
+  profile_points = (measured_points(json.loads(pathlib.Path(profile).read_text()))
+                    if profile else None)
+  paths += write_figure(summary, results, profile_points, out_dir)
+  return paths
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(prog='python -m lra_luna.report', description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('sweep_dir', help='folder searched for results.json files')
+  parser.add_argument('--checkpoint', choices=list(CHECKPOINTS), default='last',
+                      help='which test numbers: of the last or the best-on-validation checkpoint')
+  parser.add_argument('--profile', help='profile.json of lra_luna/profile.py, for Figure 1')
+  parser.add_argument('--out_dir', help='output folder (default: SWEEP_DIR/report)')
+  args = parser.parse_args(argv)
+  try:
+    paths = make_report(args.sweep_dir, args.checkpoint, args.profile, args.out_dir)
+  except (ValueError, FileNotFoundError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 1
+  for path in paths:
+    if path.suffix == '.md':
+      print(path.read_text())
+  print('Wrote ' + ', '.join(str(p) for p in paths))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

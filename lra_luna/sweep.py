@@ -1,0 +1,210 @@
+"""Trains configs over several seeds (and heads): one workdir per (task, model, head, seed).
+
+  python -m lra_luna.sweep --config configs/listops.py:luna16,quick [--config ...] \\
+      --seeds 0,1,2,3,4 [--heads cls,mean_p] --mode sequential|vmap --sweep_dir runs/sweep \\
+      [--override key=value ...]
+  python -m lra_luna.report runs/sweep
+
+Layout: SWEEP_DIR/<task>/<model>/<head>/seed<k>/, each a run_lra workdir (checkpoints,
+metrics, results.json). --override key=value sets a config field as run_lra's
+--config.key=value does (seeds and heads come from --seeds and --heads). Resumable: a seed whose
+workdir has results.json is skipped; an unfinished one resumes from its checkpoints.
+
+Modes:
+- sequential: one `python run_lra.py` subprocess per seed, its output in <workdir>/sweep.log;
+  a failing seed does not stop the others.
+- vmap: the seeds of one (config, head) train in one program (`train.train_seeds`). Seeds resume
+  together only from the same step, so unfinished seeds are grouped by their latest checkpoint.
+Failed seeds are listed at the end with their logs, and the exit status is then 1.
+"""
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import subprocess
+import sys
+import time
+import traceback
+
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from lra_luna import config_lib
+from lra_luna import train
+
+RUN_LRA = pathlib.Path(__file__).resolve().parent.parent / 'run_lra.py'
+LOG_FILE = 'sweep.log'
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One seed of one (config, head)."""
+  spec: str                 # config file and argument, as run_lra's --config takes it
+  overrides: tuple          # user overrides as run_lra flags: ('--config.key=value', ...)
+  head: str
+  seed: int
+  workdir: pathlib.Path
+  config: object            # the resulting ConfigDict
+
+  @property
+  def config_flags(self) -> tuple:
+    return (*self.overrides, f'--config.model.head={self.head}', f'--config.seed={self.seed}')
+
+  @property
+  def log(self) -> pathlib.Path:
+    return self.workdir / LOG_FILE
+
+  @property
+  def name(self) -> str:
+    return f'{self.config.task}/{self.config.model_name}/{self.head}/seed{self.seed}'
+
+
+def load_config(spec: str, config_overrides) -> object:
+  """The config run_lra would get from `--config=spec` and the given --config.* flags."""
+  argv = ['sweep', f'--config={spec}', *config_overrides]
+  flag_values = flags.FlagValues()  # Private flags: the caller's absl flags are left alone.
+  config_flags.DEFINE_config_file('config', None, 'config file', flag_values=flag_values,
+                                  lock_config=True, sys_argv=argv)
+  try:
+    flag_values(argv)
+  except Exception as e:  # config_flags raises several types; one message names them all.
+    raise ValueError(f'Cannot build config {spec} with {list(config_overrides)}: '
+                     f'{type(e).__name__}: {e}') from e
+  return flag_values.config
+
+
+def plan(specs, seeds, heads, overrides, sweep_dir) -> list[Run]:
+  """Every (config, head, seed) run, each config built and validated up front."""
+  for item in overrides:
+    key = item.split('=', 1)[0]
+    if '=' not in item or key in ('seed', 'model.head'):
+      raise ValueError(f'--override {item!r}: expected key=value with a key other than seed and '
+                       'model.head (use --seeds and --heads).')
+  overrides = tuple(f'--config.{item}' for item in overrides)
+  runs = []
+  for spec in specs:
+    for head in heads or [load_config(spec, overrides).model.head]:
+      for seed in seeds:
+        run = Run(spec, overrides, head, seed, pathlib.Path(), None)
+        config = load_config(spec, run.config_flags)
+        config_lib.validate(config)
+        workdir = pathlib.Path(sweep_dir) / config.task / config.model_name / head / f'seed{seed}'
+        runs.append(dataclasses.replace(run, workdir=workdir, config=config))
+  return runs
+
+
+def finished(run: Run) -> bool:
+  """Whether run's workdir holds its results; ValueError if they came from another config."""
+  if not (run.workdir / train.RESULTS_FILE).exists():
+    return False
+  saved_path = run.workdir / train.CONFIG_FILE
+  if saved_path.exists():
+    saved, wanted = json.loads(saved_path.read_text()), json.loads(run.config.to_json())
+    if saved != wanted:
+      differing = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+      raise ValueError(f'{run.workdir} holds results of another config (fields {differing} '
+                       'differ); delete it or use another --sweep_dir.')
+  return True
+
+
+def latest_step(workdir: pathlib.Path) -> int:
+  """The step of the latest checkpoint (checkpoints.py layout: checkpoints/latest/<step>/), 0 if
+  none."""
+  folder = workdir / 'checkpoints' / 'latest'
+  steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+  return max(steps, default=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Running.
+# ----------------------------------------------------------------------------------------------
+def run_command(command: list, log_path: pathlib.Path) -> int:
+  """Runs command with its output appended to log_path; returns its exit status."""
+  with log_path.open('a') as log:
+    return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+
+
+def run_sequential(runs: list[Run]) -> list[tuple]:
+  """One run_lra subprocess per run; returns (run, reason) of the failed ones."""
+  failures = []
+  for i, run in enumerate(runs, 1):
+    run.workdir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(RUN_LRA), f'--config={run.spec}',
+               f'--workdir={run.workdir}', *run.config_flags]
+    print(f'[{i}/{len(runs)}] {run.name}: running (log {run.log})', flush=True)
+    start = time.time()
+    status = run_command(command, run.log)
+    if status:
+      failures.append((run, f'exit status {status}'))
+    print(f'[{i}/{len(runs)}] {run.name}: {"FAILED" if status else "done"} in '
+          f'{time.time() - start:.0f} s', flush=True)
+  return failures
+
+
+def run_vmapped(runs: list[Run]) -> list[tuple]:
+  """train.train_seeds per (config, head, resume step); returns (run, reason) of failed ones."""
+  if not hasattr(train, 'train_seeds'):
+    raise RuntimeError('--mode vmap needs train.train_seeds, which this lra_luna/train.py does '
+                       'not have yet; use --mode sequential.')
+  groups = {}
+  for run in runs:
+    key = (run.spec, run.overrides, run.head, latest_step(run.workdir))
+    groups.setdefault(key, []).append(run)
+  failures = []
+  for group in groups.values():
+    seeds = [run.seed for run in group]
+    print(f'{group[0].name.rsplit("/", 1)[0]}: seeds {seeds} in one program', flush=True)
+    try:
+      train.train_seeds(group[0].config, seeds, [run.workdir for run in group])
+    except Exception as e:  # One group's failure must not stop the others.
+      for run in group:
+        run.workdir.mkdir(parents=True, exist_ok=True)
+        with run.log.open('a') as log:
+          log.write(traceback.format_exc())
+        failures.append((run, f'{type(e).__name__}: {e}'))
+  return failures
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(prog='python -m lra_luna.sweep', description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--config', action='append', required=True,
+                      help='configs/<task>.py:<model>[,quick]; repeat for several')
+  parser.add_argument('--seeds', default='0,1,2,3,4', help='comma-separated training seeds')
+  parser.add_argument('--heads', default='',
+                      help="comma-separated heads (cls, mean, mean_p); default: the config's")
+  parser.add_argument('--mode', choices=('sequential', 'vmap'), default='sequential')
+  parser.add_argument('--sweep_dir', required=True)
+  parser.add_argument('--override', action='extend', nargs='+', default=[],
+                      metavar='KEY=VALUE', help='config field overrides, e.g. num_train_steps=20')
+  args = parser.parse_args(argv)
+
+  try:
+    seeds = [int(s) for s in args.seeds.split(',')]
+    heads = [h for h in args.heads.split(',') if h]
+    runs = plan(args.config, seeds, heads, args.override, args.sweep_dir)
+    todo = [run for run in runs if not finished(run)]
+    print(f'{len(runs)} runs: {len(runs) - len(todo)} finished before, {len(todo)} to run.',
+          flush=True)
+    if args.mode == 'vmap':
+      logging.set_verbosity(logging.WARNING)  # As run_lra: orbax logs every save at INFO.
+      failures = run_vmapped(todo)
+    else:
+      failures = run_sequential(todo)
+  except (ValueError, RuntimeError) as e:  # Bad arguments or a missing train.train_seeds.
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+
+  if failures:
+    print(f'{len(failures)} of {len(todo)} runs failed:', file=sys.stderr)
+    for run, reason in failures:
+      print(f'  {run.name}: {reason}; log {run.log}', file=sys.stderr)
+    return 1
+  print(f'All {len(runs)} runs finished. Report: python -m lra_luna.report {args.sweep_dir}')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,155 @@
+"""The profiler end to end on tiny models, its OOM handling, the relative table's arithmetic and
+the memory scaling of Luna against the Transformer."""
+
+import json
+import subprocess
+
+import jax
+import pytest
+
+from lra_luna import profile
+
+TINY_CONFIG = '''
+from lra_luna import config_lib
+
+
+def get_config(arg):
+  model_name, _ = config_lib.parse_arg(arg, default_model='luna16')
+  c = config_lib.base_config()
+  c.task = 'text'
+  c.model.update(dim=16, num_heads=2, num_layers=1, ffn_dim=32, classifier_dim=16)
+  return config_lib.set_model(c, model_name)
+'''
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+  path = tmp_path / 'tiny.py'
+  path.write_text(TINY_CONFIG)
+  return str(path)
+
+
+def run_profiler(config, out_dir):
+  return profile.main(['--models', 'transformer,luna16', '--lengths', '64,128', '--batch_size',
+                       '2', '--config', config, '--out_dir', str(out_dir), '--repeats', '2',
+                       '--warmup', '1', '--no-isolate'])
+
+
+def test_profiler_runs_end_to_end_and_writes_every_output(tiny_config, tmp_path):
+  results = run_profiler(tiny_config, tmp_path / 'out')
+  for name in ('profile.json', 'table2.md', 'table2.tex', 'scaling.png'):
+    assert (tmp_path / 'out' / name).stat().st_size > 0
+  saved = json.loads((tmp_path / 'out' / 'profile.json').read_text())
+  assert saved['device']['platform'] == 'cpu' and saved['batch_size'] == 2
+  assert [(p['model'], p['length']) for p in saved['points']] == [
+      ('transformer', 64), ('transformer', 128), ('luna16', 64), ('luna16', 128)]
+  for point in saved['points']:
+    assert point['status'] == 'ok'
+    assert point['steps_per_s'] > 0 and len(point['step_times_s']) == 2
+    assert point['compile_s'] > 0 and point['flops_per_step'] > 0
+    assert point['estimated_bytes'] > 0 and point['num_params'] > 0
+    assert point['device_peak_bytes'] is None  # CPU has no device memory stats.
+  assert set(saved['slopes']['step_s']) == {'transformer', 'luna16'}
+  table = (tmp_path / 'out' / 'table2.md').read_text()
+  assert '| Transformer | 1.00 | 1.00 | 1.00 | 1.00 |' in table
+  assert '| Luna-16 |' in table
+  assert results['points'] == saved['points']
+
+
+def test_out_of_memory_point_is_recorded_and_the_sweep_goes_on(tiny_config, tmp_path,
+                                                                monkeypatch):
+  measure = profile.measure_point
+
+  def measure_or_run_out(config, **kwargs):
+    if (config.model_name, config.max_length) == ('luna16', 64):
+      raise jax.errors.JaxRuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating 9 GiB')
+    return measure(config, **kwargs)
+
+  monkeypatch.setattr(profile, 'measure_point', measure_or_run_out)
+  results = run_profiler(tiny_config, tmp_path)
+  status = {(p['model'], p['length']): p['status'] for p in results['points']}
+  assert status == {('transformer', 64): 'ok', ('transformer', 128): 'ok',
+                    ('luna16', 64): 'oom', ('luna16', 128): 'ok'}
+  assert '| Luna-16 | OOM |' in (tmp_path / 'table2.md').read_text()
+
+
+def test_other_errors_are_not_taken_for_out_of_memory(tiny_config, tmp_path, monkeypatch):
+  def fail(config, **kwargs):
+    raise ValueError('a bug')
+
+  monkeypatch.setattr(profile, 'measure_point', fail)
+  with pytest.raises(ValueError, match='a bug'):
+    run_profiler(tiny_config, tmp_path)
+
+
+def test_a_worker_killed_by_a_signal_counts_as_out_of_memory(tiny_config, monkeypatch):
+  killed = subprocess.CompletedProcess([], returncode=-9, stdout='', stderr='')
+  monkeypatch.setattr(profile.subprocess, 'run', lambda *args, **kwargs: killed)
+  args = profile.parse_args(['--config', tiny_config])
+  point = profile.profile_point_isolated(args, 'luna16', 64)
+  assert point['status'] == 'oom' and point['model'] == 'luna16' and point['length'] == 64
+
+
+def fabricated_point(model, length, steps_per_s, memory, device_peak=None):
+  return {'model': model, 'length': length, 'status': 'ok', 'num_params': 1, 'compile_s': 1.0,
+          'step_times_s': [1 / steps_per_s], 'step_s': 1 / steps_per_s,
+          'steps_per_s': steps_per_s, 'flops_per_step': 1e9, 'estimated_bytes': memory,
+          'memory_analysis': None, 'device_peak_bytes': device_peak}
+
+
+def fabricated_results(points, models):
+  return {'device': {'platform': 'cpu', 'device_kind': 'cpu', 'jax_version': jax.__version__},
+          'task': 'text', 'batch_size': 32, 'dtype': 'float32', 'models': models,
+          'lengths': [1024, 2048, 3072], 'points': points}
+
+
+def test_relative_table_divides_by_the_transformer_at_the_same_length(tmp_path):
+  points = [
+      fabricated_point('transformer', 1024, 2.0, 1000),
+      fabricated_point('transformer', 2048, 0.5, 4000),
+      profile.oom_point('transformer', 3072, 'RESOURCE_EXHAUSTED'),
+      fabricated_point('luna16', 1024, 3.0, 500),
+      fabricated_point('luna16', 2048, 2.0, 1000),
+      fabricated_point('luna16', 3072, 1.0, 1500),
+      fabricated_point('luna128', 1024, 1.0, 2000),
+  ]
+  results = fabricated_results(points, ['luna16', 'transformer', 'luna128'])
+  rows = dict(profile.relative_rows(results))
+  assert list(rows)[0] == 'Transformer'  # The baseline leads, whatever the sweep order.
+  assert rows['Transformer'] == [1.0, 1.0, 'OOM', 1.0, 1.0, 'OOM']
+  assert rows['Luna-16'] == [1.5, 4.0, 'OOM baseline', 0.5, 0.25, 'OOM baseline']
+  assert rows['Luna-16 (paper)'] == [1.2, 1.8, 3.7, 0.44, 0.23, 0.17]
+  assert rows['Luna-128'] == [0.5, None, None, 2.0, None, None]
+  profile.write_outputs(results, tmp_path)
+  table = (tmp_path / 'table2.md').read_text()
+  assert '| Luna-16 | 1.50 | 4.00 | OOM baseline | 0.50 | 0.25 | OOM baseline |' in table
+  assert '| Luna-128 | 0.50 | - | - | 2.00 | - | - |' in table
+  assert r'Luna-16 & 1.50 & 4.00 & OOM baseline & 0.50 & 0.25 & OOM baseline \\' in (
+      tmp_path / 'table2.tex').read_text()
+  # Step time 1/3, 1/2, 1 s at 1K, 2K, 3K: the fitted slope of log time on log length.
+  slope = json.loads((tmp_path / 'profile.json').read_text())['slopes']['step_s']['luna16']
+  assert slope == pytest.approx(profile.fitted_slope([1024, 2048, 3072], [1 / 3, 1 / 2, 1]))
+
+
+def test_device_peak_is_compared_when_every_point_has_it():
+  points = [fabricated_point('transformer', 1024, 1.0, 1000, device_peak=800),
+            fabricated_point('luna16', 1024, 1.0, 500, device_peak=200)]
+  results = fabricated_results(points, ['transformer', 'luna16'])
+  assert profile.memory_key(points) == 'device_peak_bytes'
+  assert dict(profile.relative_rows(results))['Luna-16'][3] == 0.25
+  points[1]['device_peak_bytes'] = None
+  assert profile.memory_key(points) == 'estimated_bytes'
+
+
+def estimated_bytes(config_path, model_name, length):
+  config = profile.point_config(config_path, model_name, length, batch_size=2, dtype='float32')
+  step, state, batch, dropout_key, _ = profile.build_step(config)
+  return profile.compiled_memory(step.lower(state, batch, dropout_key).compile())[
+      'estimated_bytes']
+
+
+def test_luna_memory_grows_linearly_and_the_transformers_faster(tiny_config):
+  luna = {n: estimated_bytes(tiny_config, 'luna16', n) for n in (1024, 2048)}
+  transformer = {n: estimated_bytes(tiny_config, 'transformer', n) for n in (1024, 2048)}
+  assert 1.7 < luna[2048] / luna[1024] < 2.3
+  assert transformer[2048] / transformer[1024] > 3.0

@@ -1,0 +1,154 @@
+"""report: tables and figure from fabricated results.json files in the sweep layout."""
+
+import csv
+import json
+import statistics
+
+import pytest
+
+from lra_luna import published
+from lra_luna import report
+
+# (task, model, head) -> test accuracies (fractions) of the last checkpoint, one per seed.
+LAST = {
+    ('listops', 'luna16', 'cls'): [0.36, 0.38, 0.40],
+    ('text', 'luna16', 'cls'): [0.65, 0.66],
+    ('retrieval', 'luna16', 'cls'): [0.79],
+    ('image', 'luna16', 'cls'): [0.46, 0.47],
+    ('pathfinder', 'luna16', 'cls'): [0.78, 0.79],
+    ('listops', 'luna16', 'mean_p'): [0.39, 0.41],
+    ('listops', 'transformer', 'cls'): [0.30, 0.34],  # only ListOps: averages are missing
+}
+BEST_OFFSET = 0.01  # best = last + 1 point, to tell the two apart
+
+
+def write_result(root, task, model, head, seed, last):
+  workdir = root / task / model / head / f'seed{seed}'
+  workdir.mkdir(parents=True)
+  section = lambda acc: {'step': 100, 'val_accuracy': acc, 'val_loss': 1.0, 'test_accuracy': acc,
+                         'test_loss': 1.0, 'test_examples': 500}
+  result = {'task': task, 'model': model, 'head': head, 'seed': seed, 'num_params': 1000,
+            'steps': 100, 'val_accuracy': last, 'val_loss': 1.0, 'test_accuracy': last,
+            'test_loss': 1.0, 'test_majority_rate': 0.1,
+            'last': section(last), 'best': section(last + BEST_OFFSET)}
+  (workdir / 'results.json').write_text(json.dumps(result))
+  # Logged training speed, read by Figure 1 when no profile is given.
+  (workdir / 'metrics.jsonl').write_text(
+      ''.join(json.dumps({'step': s, 'steps_per_sec': 10.0 + s}) + '\n' for s in (50, 100)))
+  return workdir
+
+
+@pytest.fixture
+def sweep(tmp_path):
+  for (task, model, head), accs in LAST.items():
+    for seed, acc in enumerate(accs):
+      write_result(tmp_path / 'sweep', task, model, head, seed, acc)
+  return tmp_path / 'sweep'
+
+
+def test_means_stds_and_averages(sweep):
+  summary = report.summarize(report.load_results(sweep), 'last')
+  cell = summary[('luna16', 'cls')]['listops']
+  assert cell.mean == pytest.approx(38.0)
+  assert cell.std == pytest.approx(2.0)  # sample std (ddof=1) of 36, 38, 40
+  assert cell.n == 3
+  one_seed = summary[('luna16', 'cls')]['retrieval']
+  assert (one_seed.mean, one_seed.std, one_seed.n) == (pytest.approx(79.0), None, 1)
+
+  rows = {(r.label, r.head, r.source): r for r in report.table1(summary, 'last').rows}
+  ours = rows[('luna16', 'cls', 'ours')].values
+  means = [38.0, 65.5, 79.0, 46.5, 78.5]
+  assert ours[report.AVG].mean == pytest.approx(statistics.fmean(means))
+  assert ours[report.AVG_NO_RETRIEVAL].mean == pytest.approx(
+      statistics.fmean([38.0, 65.5, 46.5, 78.5]))
+  # Tasks not run are missing, and so are the averages over them.
+  transformer = rows[('transformer', 'cls', 'ours')].values
+  assert transformer['listops'].mean == pytest.approx(32.0)
+  assert all(transformer.get(k) is None for k in ('text', report.AVG, report.AVG_NO_RETRIEVAL))
+  # The papers' rows sit beside ours.
+  luna_paper = rows[('Luna-16', 'cls', f'{published.LUNA_PAPER}, Table 1')].values
+  assert luna_paper['listops'].mean == 37.43 and luna_paper[report.AVG].mean == 61.46
+  assert ('Transformer', '', f'{published.LRA_PAPER}, Table 1') in rows
+
+
+def test_best_vs_last(sweep):
+  results = report.load_results(sweep)
+  last = report.summarize(results, 'last')[('luna16', 'cls')]['listops'].mean
+  best = report.summarize(results, 'best')[('luna16', 'cls')]['listops'].mean
+  assert best == pytest.approx(last + 100 * BEST_OFFSET)
+
+
+def test_writes_three_formats_with_missing_cells(sweep, tmp_path):
+  out = tmp_path / 'out'
+  paths = report.make_report(sweep, checkpoint='best', out_dir=out)
+  names = {p.name for p in paths}
+  for table in ('table1', 'table3'):
+    assert {f'{table}.md', f'{table}.tex', f'{table}.csv'} <= names
+  md = (out / 'table1.md').read_text()
+  assert 'best checkpoint' in md and '39.00 ± 2.00 (3)' in md  # best = last + 1
+  transformer_line = next(l for l in md.splitlines() if l.startswith('| transformer | cls | ours'))
+  assert '—' in transformer_line and ' 0.00' not in transformer_line
+  tex = (out / 'table1.tex').read_text()
+  assert r'\toprule' in tex and r'\bottomrule' in tex and r'$\pm$' in tex and 'best checkpoint' in tex
+
+  rows = list(csv.DictReader((out / 'table1.csv').open()))
+  ours = {(r['model'], r['head']): r for r in rows if r['source'] == 'ours'}
+  assert ours[('transformer', 'cls')]['text_mean'] == ''
+  assert ours[('transformer', 'cls')]['avg_mean'] == ''
+  assert ours[('luna16', 'cls')]['checkpoint'] == 'best'
+  assert float(ours[('luna16', 'cls')]['listops_mean']) == pytest.approx(39.0)
+  assert ours[('luna16', 'cls')]['retrieval_std'] == ''  # one seed: no sample std
+  assert ours[('luna16', 'cls')]['retrieval_n'] == '1'
+
+  # Table 3: cls vs mean_p; mean_p ran only ListOps, so its average is missing.
+  rows3 = list(csv.DictReader((out / 'table3.csv').open()))
+  mean_p = next(r for r in rows3 if r['source'] == 'ours' and r['head'] == 'mean_p')
+  assert float(mean_p['listops_mean']) == pytest.approx(41.0)
+  assert mean_p['text_mean'] == '' and mean_p['avg_mean'] == ''
+  assert any(r['model'] == 'Luna-16, P' and r['listops_mean'] == '38.0600' for r in rows3)
+
+
+@pytest.mark.parametrize('with_profile', [True, False])
+def test_figure_written(sweep, tmp_path, with_profile):
+  profile = None
+  if with_profile:
+    profile = tmp_path / 'profile.json'
+    profile.write_text(json.dumps({'points': [
+        {'model': 'luna16', 'length': 1000, 'steps_per_sec': 5.0, 'memory_bytes': 1e8},
+        {'model': 'luna16', 'length': 4000, 'steps_per_sec': 2.0, 'memory_bytes': 3e8},
+        {'model': 'transformer', 'length': 1000, 'steps_per_sec': 4.0, 'memory_bytes': 4e8},
+        {'model': 'transformer', 'length': 4000, 'oom': True}]}))
+  paths = report.make_report(sweep, profile=profile, out_dir=tmp_path / 'out')
+  figures = [p for p in paths if p.name.startswith('figure1')]
+  assert sorted(p.suffix for p in figures) == ['.pdf', '.png']
+  assert all(p.stat().st_size > 0 for p in figures)
+
+
+def test_profile_length_is_longest_common_measured():
+  points = report.measured_points([
+      {'model': 'a', 'length': 1000, 'steps_per_sec': 5.0, 'memory_bytes': 1},
+      {'model': 'a', 'length': 4000, 'steps_per_sec': 2.0},
+      {'model': 'b', 'length': 1000, 'steps_per_sec': 4.0, 'memory_bytes': 2},
+      {'model': 'b', 'length': 4000, 'oom': True}])
+  label, speeds = report.profile_speeds(points, {'a', 'b'})
+  assert '1000' in label and speeds == {'a': (5.0, 1), 'b': (4.0, 2)}
+
+
+def test_duplicate_seed_is_an_error(sweep):
+  write_result(sweep / 'copy', 'listops', 'luna16', 'cls', 0, 0.5)
+  with pytest.raises(ValueError, match='Two results'):
+    report.load_results(sweep)
+
+
+def test_cli_fails_cleanly_on_empty_folder(tmp_path, capsys):
+  assert report.main([str(tmp_path)]) == 1
+  assert 'No results.json' in capsys.readouterr().err
+
+
+def test_published_averages_match_their_rows():
+  for row in published.TABLE1 + published.TABLE3:
+    values = list(row.accuracy.values())
+    assert row.average == pytest.approx(statistics.fmean(values), abs=0.0101), row.label
+    if row.average_no_retrieval is not None:
+      rest = [v for t, v in row.accuracy.items() if t != 'retrieval']
+      assert row.average_no_retrieval == pytest.approx(statistics.fmean(rest), abs=0.0101)

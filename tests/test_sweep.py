@@ -1,0 +1,117 @@
+"""sweep: resume, failure reporting, vmap grouping, and vmapped seeds = seeds run alone."""
+
+import json
+import pathlib
+
+import pytest
+
+from lra_luna import sweep
+from lra_luna import train
+
+CONFIG = str(pathlib.Path(__file__).resolve().parent.parent / 'configs' / 'listops.py')
+SPEC = f'{CONFIG}:luna16,quick'
+# A tiny ListOps run: 20 steps on 300 generated examples.
+TINY = ['num_train_steps=20', 'warmup_steps=5', 'eval_every=10', 'checkpoint_every=20',
+        'log_every=10', 'listops.num_train=300', 'listops.num_val=50', 'listops.num_test=50',
+        'eval_batch_size=50', 'progress_bar=False', 'model.num_layers=1']
+
+
+def sweep_args(sweep_dir, seeds='0,1,2', mode='sequential', extra=()):
+  return ['--config', SPEC, '--seeds', seeds, '--mode', mode, '--sweep_dir', str(sweep_dir),
+          '--override', *TINY, *extra]
+
+
+def planned(sweep_dir, seeds=(0, 1, 2)):
+  return {run.seed: run for run in sweep.plan([SPEC], list(seeds), [], TINY, sweep_dir)}
+
+
+def fabricate_finished(run):
+  run.workdir.mkdir(parents=True)
+  (run.workdir / train.CONFIG_FILE).write_text(run.config.to_json())
+  (run.workdir / train.RESULTS_FILE).write_text(json.dumps({'seed': run.seed}))
+
+
+def fabricate_unfinished(run, step):
+  (run.workdir / 'checkpoints' / 'latest' / str(step)).mkdir(parents=True)
+  (run.workdir / train.CONFIG_FILE).write_text(run.config.to_json())
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+  """Replaces the subprocess runner: (commands run, seeds to fail with exit status 1)."""
+  calls, failing = [], set()
+
+  def fake_run(command, log_path):
+    calls.append(command)
+    seed = int(next(c for c in command if c.startswith('--config.seed=')).split('=')[1])
+    return 1 if seed in failing else 0
+
+  monkeypatch.setattr(sweep, 'run_command', fake_run)
+  return calls, failing
+
+
+def test_layout_and_command(tmp_path):
+  run = planned(tmp_path, seeds=(3,))[3]
+  assert run.workdir == tmp_path / 'listops' / 'luna16' / 'cls' / 'seed3'
+  assert run.config.seed == 3 and run.config.num_train_steps == 20
+  assert run.config_flags[-2:] == ('--config.model.head=cls', '--config.seed=3')
+
+
+def test_resume_runs_only_what_is_missing(tmp_path, recorded):
+  calls, _ = recorded
+  runs = planned(tmp_path)
+  fabricate_finished(runs[0])
+  fabricate_unfinished(runs[1], step=10)
+  assert sweep.main(sweep_args(tmp_path)) == 0
+  assert [c for c in calls[0] if c.startswith('--workdir=')] == [f'--workdir={runs[1].workdir}']
+  assert [c for c in calls[1] if c.startswith('--workdir=')] == [f'--workdir={runs[2].workdir}']
+  assert len(calls) == 2
+  assert f'--config={SPEC}' in calls[0] and '--config.num_train_steps=20' in calls[0]
+
+
+def test_failing_seed_is_reported_and_others_run(tmp_path, recorded, capsys):
+  calls, fail = recorded
+  fail.add(1)
+  assert sweep.main(sweep_args(tmp_path)) == 1
+  assert len(calls) == 3
+  err = capsys.readouterr().err
+  assert 'listops/luna16/cls/seed1: exit status 1' in err
+  assert str(tmp_path / 'listops' / 'luna16' / 'cls' / 'seed1' / 'sweep.log') in err
+  assert 'seed0' not in err and 'seed2' not in err
+
+
+def test_finished_run_of_another_config_is_an_error(tmp_path, recorded):
+  calls, _ = recorded
+  fabricate_finished(planned(tmp_path)[0])
+  assert sweep.main(sweep_args(tmp_path, extra=['learning_rate=0.5'])) == 2
+  assert not calls
+
+
+def test_override_of_seed_is_refused(tmp_path, recorded):
+  assert sweep.main(sweep_args(tmp_path, extra=['seed=4'])) == 2
+
+
+def test_vmap_groups_unfinished_seeds_by_resume_step(tmp_path, monkeypatch):
+  groups = []
+  monkeypatch.setattr(train, 'train_seeds', lambda config, seeds, workdirs: groups.append(
+      (list(seeds), [pathlib.Path(w).name for w in workdirs])), raising=False)
+  runs = planned(tmp_path, seeds=(0, 1, 2, 3))
+  fabricate_finished(runs[0])
+  fabricate_unfinished(runs[2], step=10)
+  assert sweep.main(sweep_args(tmp_path, seeds='0,1,2,3', mode='vmap')) == 0
+  assert sorted(groups) == [([1, 3], ['seed1', 'seed3']), ([2], ['seed2'])]
+
+
+@pytest.mark.skipif(not hasattr(train, 'train_seeds'), reason='train.train_seeds not there yet')
+def test_vmapped_seeds_match_seeds_run_alone(tmp_path):
+  data = ['data_dir=' + str(tmp_path / 'data')]
+  assert sweep.main(sweep_args(tmp_path / 'vmap', seeds='0,1', mode='vmap', extra=data)) == 0
+  for seed, run in planned(tmp_path / 'vmap', seeds=(0, 1)).items():
+    vmapped = json.loads((run.workdir / train.RESULTS_FILE).read_text())
+    config = sweep.load_config(SPEC, [f'--config.{o}' for o in TINY + data] +
+                              [f'--config.seed={seed}'])
+    alone = train.train_and_evaluate(config, tmp_path / 'alone' / f'seed{seed}')
+    for section in ('last', 'best'):
+      for key in ('val_accuracy', 'val_loss', 'test_accuracy', 'test_loss', 'step'):
+        assert vmapped[section][key] == pytest.approx(alone[section][key], abs=1e-4), (
+            seed, section, key)

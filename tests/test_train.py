@@ -1,0 +1,203 @@
+"""Training end to end on tiny ListOps: loss goes down, results.json, resume after SIGKILL,
+two devices, non-finite stop, workdir refusal, best vs last, clear CLI errors."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from lra_luna import checkpoints, metrics, train
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / 'configs'))
+import listops as listops_config  # noqa: E402
+
+TINY = {
+    'listops.num_train': 400, 'listops.num_val': 64, 'listops.num_test': 64,
+    'listops.min_length': 4, 'listops.max_length': 30, 'listops.max_depth': 3,
+    'listops.max_args': 4, 'max_length': 30, 'batch_size': 8, 'eval_batch_size': 16,
+    'num_train_steps': 30, 'warmup_steps': 5, 'eval_every': 10, 'checkpoint_every': 10,
+    'log_every': 5, 'model.dim': 16, 'model.num_heads': 2, 'model.num_layers': 1,
+    'model.ffn_dim': 32, 'model.classifier_dim': 32, 'model.pack_length': 4,
+    'progress_bar': False,
+}
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  return tmp_path_factory.mktemp('data')
+
+
+def tiny_config(data_dir, model='luna16', **overrides):
+  c = listops_config.get_config(f'{model},quick')
+  c.data_dir = str(data_dir)
+  for key, value in {**TINY, **overrides}.items():
+    section, _, field = key.rpartition('.')
+    (c[section] if section else c)[field] = value
+  return c
+
+
+def cli_args(data_dir, workdir, **overrides):
+  args = [sys.executable, str(REPO / 'run_lra.py'),
+          '--config', f'{REPO}/configs/listops.py:luna16,quick', '--workdir', str(workdir)]
+  for key, value in {**TINY, 'data_dir': str(data_dir), **overrides}.items():
+    args.append(f'--config.{key}={value}')
+  return args
+
+
+def run_env(**extra):
+  env = dict(os.environ, JAX_PLATFORMS='cpu', CI='1', **extra)
+  env.pop('XLA_FLAGS', None)
+  env.update(extra)
+  return env
+
+
+def latest_params(workdir):
+  """The parameters of the latest checkpoint, as a flat list of numpy arrays."""
+  ckpt = checkpoints.Checkpoints(workdir)
+  step = ckpt.latest.latest_step()
+  restored = ckpt.latest.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  ckpt.close()
+  return step, [np.asarray(x) for x in jax.tree.leaves(restored['state']['params'])]
+
+
+@pytest.mark.parametrize('model', ['luna16', 'transformer'])
+def test_training_lowers_loss_and_writes_results(data_dir, tmp_path, model):
+  config = tiny_config(data_dir, model, num_train_steps=60, learning_rate=3e-3)
+  results = train.train_and_evaluate(config, tmp_path / 'run')
+  written = json.loads((tmp_path / 'run' / 'results.json').read_text())
+  assert written == json.loads(json.dumps(results))
+  for key in ('task', 'model', 'seed', 'num_params', 'steps', 'val_accuracy', 'val_loss',
+              'test_accuracy', 'test_loss'):
+    assert key in written
+  assert written['model'] == model and written['steps'] == 60 and written['num_params'] > 0
+  assert written['best']['test_examples'] == 64  # every test example, none dropped
+  rows = [r for r in metrics.read_jsonl(tmp_path / 'run' / 'metrics.jsonl') if 'train_loss' in r]
+  assert rows[-1]['train_loss'] < rows[0]['train_loss']
+  assert all('steps_per_sec' in r and 'grad_norm' in r for r in rows)
+  assert list((tmp_path / 'run' / 'tb').iterdir())  # TensorBoard events
+  assert json.loads((tmp_path / 'run' / 'config.json').read_text())['model_name'] == model
+
+
+def test_same_seed_same_result(data_dir, tmp_path):
+  a = train.train_and_evaluate(tiny_config(data_dir, num_train_steps=10), tmp_path / 'a')
+  b = train.train_and_evaluate(tiny_config(data_dir, num_train_steps=10), tmp_path / 'b')
+  c = train.train_and_evaluate(tiny_config(data_dir, num_train_steps=10, seed=1), tmp_path / 'c')
+  assert a['last'] == b['last']
+  assert a['last'] != c['last']
+
+
+def test_best_and_last_sections(data_dir, tmp_path):
+  """A learning rate that first helps then wrecks the model: validation peaks before the end."""
+  config = tiny_config(data_dir, num_train_steps=40, eval_every=5, checkpoint_every=5,
+                       learning_rate=0.3, schedule='cosine', warmup_steps=20)
+  results = train.train_and_evaluate(config, tmp_path / 'run')
+  evals = [r for r in metrics.read_jsonl(tmp_path / 'run' / 'metrics.jsonl') if 'val_accuracy' in r]
+  accuracies = [r['val_accuracy'] for r in evals]
+  best_step = evals[int(np.argmax(accuracies))]['step']
+  assert results['best']['step'] == best_step
+  assert results['best']['step'] < results['last']['step'] == 40
+  assert results['best']['val_accuracy'] == pytest.approx(max(accuracies), abs=1e-6)
+  assert results['last']['val_accuracy'] == pytest.approx(accuracies[-1], abs=1e-6)
+  assert results['best']['val_accuracy'] > results['last']['val_accuracy']
+
+
+def test_kill_and_resume_matches_uninterrupted_run(data_dir, tmp_path):
+  steps = {'num_train_steps': 40}
+  subprocess.run(cli_args(data_dir, tmp_path / 'ref', **steps), env=run_env(), check=True,
+                 capture_output=True)
+  # Kill a second run with SIGKILL once it has written a checkpoint, then rerun the command.
+  proc = subprocess.Popen(cli_args(data_dir, tmp_path / 'killed', **steps), env=run_env(),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  latest = tmp_path / 'killed' / 'checkpoints' / 'latest'
+  deadline = time.time() + 120
+  while time.time() < deadline and not (latest.exists() and any(
+      p.name.isdigit() for p in latest.iterdir())):
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert not (tmp_path / 'killed' / 'results.json').exists()
+  subprocess.run(cli_args(data_dir, tmp_path / 'killed', **steps), env=run_env(), check=True,
+                 capture_output=True)
+  ref = json.loads((tmp_path / 'ref' / 'results.json').read_text())
+  resumed = json.loads((tmp_path / 'killed' / 'results.json').read_text())
+  assert resumed == ref
+  ref_step, ref_params = latest_params(tmp_path / 'ref')
+  step, params = latest_params(tmp_path / 'killed')
+  assert step == ref_step == 40
+  for a, b in zip(ref_params, params):
+    np.testing.assert_array_equal(a, b)  # bitwise on CPU
+  # The metrics file has each step once, however the run was interrupted.
+  rows = metrics.read_jsonl(tmp_path / 'killed' / 'metrics.jsonl')
+  train_steps = [r['step'] for r in rows if 'train_loss' in r]
+  assert train_steps == sorted(set(train_steps))
+
+
+def test_two_devices_match_one(data_dir, tmp_path):
+  steps = {'num_train_steps': 10, 'eval_every': 5, 'log_every': 1}
+  for name, flags in (('one', ''), ('two', '--xla_force_host_platform_device_count=2')):
+    subprocess.run(cli_args(data_dir, tmp_path / name, **steps),
+                   env=run_env(XLA_FLAGS=flags), check=True, capture_output=True)
+  losses = {name: [r['train_loss'] for r in metrics.read_jsonl(tmp_path / name / 'metrics.jsonl')
+                   if 'train_loss' in r] for name in ('one', 'two')}
+  assert len(losses['one']) == 10
+  np.testing.assert_allclose(losses['one'], losses['two'], rtol=1e-4, atol=1e-5)
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
+  real_step = train.train_step
+
+  def poisoned_step(state, batch, dropout_key, **kwargs):
+    state, step_metrics = real_step(state, batch, dropout_key, **kwargs)
+    bad = state['step'] > 12
+    state = dict(state, params=jax.tree.map(lambda p: jnp.where(bad, jnp.nan, p), state['params']))
+    step_metrics['train_loss'] = jnp.where(bad, jnp.nan, step_metrics['train_loss'])
+    return state, step_metrics
+
+  monkeypatch.setattr(train, 'train_step', poisoned_step)
+  with pytest.raises(train.TrainingError, match='Non-finite loss.*last good checkpoint'):
+    train.train_and_evaluate(tiny_config(data_dir), tmp_path / 'run')
+  step, params = latest_params(tmp_path / 'run')
+  assert step == 10
+  assert all(np.isfinite(p).all() for p in params)
+
+
+def test_workdir_of_another_config_is_refused(data_dir, tmp_path):
+  train.train_and_evaluate(tiny_config(data_dir, num_train_steps=5), tmp_path / 'run')
+  with pytest.raises(train.TrainingError, match='different config.*learning_rate.*--overwrite'):
+    train.train_and_evaluate(tiny_config(data_dir, num_train_steps=5, learning_rate=0.5),
+                             tmp_path / 'run')
+  results = train.train_and_evaluate(tiny_config(data_dir, num_train_steps=5, learning_rate=0.5),
+                                     tmp_path / 'run', overwrite=True)
+  assert results['steps'] == 5
+
+
+def test_batch_that_does_not_divide_devices_is_refused(data_dir, tmp_path, monkeypatch):
+  monkeypatch.setattr(jax, 'device_count', lambda: 3)
+  with pytest.raises(ValueError, match='batch_size = 8 does not divide over 3 devices'):
+    train.train_and_evaluate(tiny_config(data_dir), tmp_path / 'run')
+
+
+def test_cli_reports_bad_input_in_one_line(data_dir, tmp_path):
+  bad = tmp_path / 'bad_data' / 'listops-quick'
+  bad.mkdir(parents=True)
+  for name in ('basic_train.tsv', 'basic_val.tsv', 'basic_test.tsv'):
+    (bad / name).write_text('Source\tTarget\n( [MAX 2 9 ] )\t9\n( [MAX 2 9 ] )\n')
+  proc = subprocess.run(cli_args(tmp_path / 'bad_data', tmp_path / 'run'), env=run_env(),
+                        capture_output=True, text=True)
+  assert proc.returncode != 0
+  assert 'basic_train.tsv' in proc.stderr and 'line 3' in proc.stderr
+  assert 'Traceback' not in proc.stderr
+  proc = subprocess.run(cli_args(data_dir, tmp_path / 'run2', **{'model.head': 'maxpool'}),
+                        env=run_env(), capture_output=True, text=True)
+  assert proc.returncode != 0 and "valid choices: ['cls', 'mean', 'mean_p']" in proc.stderr
+  assert 'Traceback' not in proc.stderr
