@@ -273,11 +273,14 @@ class ClassifierHead(nnx.Module):
   With several hidden widths (the LRA dual head: mlp_dim, mlp_dim / 2) one Linear+ReLU each.
   """
 
-  def __init__(self, in_dim: int, hidden: tuple, num_classes: int, *, dtype, rngs: nnx.Rngs):
+  def __init__(self, in_dim: int, hidden: tuple, num_classes: int, *, init: str, dtype,
+               rngs: nnx.Rngs):
     widths = (in_dim, *hidden)
-    self.hidden = nnx.List([nnx.Linear(a, b, dtype=dtype, rngs=rngs)
+    # BERT-style init: N(0, 0.02) for every Linear; otherwise Flax's default (LeCun normal).
+    kernel = {'kernel_init': jax.nn.initializers.normal(0.02)} if init == 'bert' else {}
+    self.hidden = nnx.List([nnx.Linear(a, b, dtype=dtype, rngs=rngs, **kernel)
                             for a, b in zip(widths[:-1], widths[1:])])
-    self.logits = nnx.Linear(widths[-1], num_classes, dtype=dtype, rngs=rngs)
+    self.logits = nnx.Linear(widths[-1], num_classes, dtype=dtype, rngs=rngs, **kernel)
 
   def __call__(self, x):
     for layer in self.hidden:
@@ -314,8 +317,8 @@ class SequenceClassifier(nnx.Module):
     self.head = mc.head
     self.mask_padding = mc.mask_padding
     self.encoder = build_encoder(mc, dtype, rngs)
-    self.classifier = ClassifierHead(mc.dim, (mc.classifier_dim,), mc.num_classes, dtype=dtype,
-                                     rngs=rngs)
+    self.classifier = ClassifierHead(mc.dim, (mc.classifier_dim,), mc.num_classes,
+                                     init=mc.init, dtype=dtype, rngs=rngs)
 
   def encode(self, ids, *, deterministic=True, rngs=None):
     """ids [B, n] -> pooled representation [B, D]."""
@@ -338,7 +341,8 @@ class DualEncoderClassifier(SequenceClassifier):
     self.pair_features = mc.pair_features
     in_dim = mc.dim * (2 if mc.pair_features == 'concat' else 4)
     self.classifier = ClassifierHead(in_dim, (mc.classifier_dim, mc.classifier_dim // 2),
-                                     mc.num_classes, dtype=compute_dtype(mc.dtype), rngs=rngs)
+                                     mc.num_classes, init=mc.init, dtype=compute_dtype(mc.dtype),
+                                     rngs=rngs)
 
   def __call__(self, batch, *, deterministic=True, rngs=None):
     a = self.encode(batch['inputs1'], deterministic=deterministic, rngs=rngs)

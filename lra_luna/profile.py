@@ -243,7 +243,7 @@ def probe_device_info() -> dict:
 
 
 def mib(num_bytes) -> str:
-  return '-' if num_bytes is None else f'{num_bytes / 2**20:.0f}'
+  return '-' if num_bytes is None else f'{num_bytes / 2**20:.1f}'
 
 
 def describe(point: dict) -> str:
@@ -430,6 +430,8 @@ def plot_scaling(results: dict, path: pathlib.Path) -> None:
       ax.plot(*zip(*measured), marker='o', label=label)
     ax.set_xscale('log')
     ax.set_yscale('log')
+    ax.set_xticks(results['lengths'], [length_label(n) for n in results['lengths']])
+    ax.set_xticks([], minor=True)
     ax.set_xlabel('sequence length')
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7)
@@ -493,14 +495,14 @@ def main(argv=None) -> dict | None:
   if args.point_output:
     # Worker: one point in this fresh process, written where the parent reads it.
     point = profile_point(args, args.models[0], args.lengths[0], fresh_process=True)
-    point['device'] = device_info()
     pathlib.Path(args.point_output).write_text(json.dumps(point))
     return None
-  device = probe_device_info() if args.isolate is None else None
+  # A parent that may isolate must not claim the accelerator itself: it asks a fresh process.
+  device = device_info() if args.isolate is False else probe_device_info()
   isolate = device['platform'] == 'gpu' if args.isolate is None else args.isolate
-  device = device or (probe_device_info() if isolate else device_info())
   config = load_config(args.config, args.models[0])
-  results = {'device': device, 'task': config.task, 'config': args.config or 'text',
+  config_name = args.config or (str(TEXT_CONFIG) if TEXT_CONFIG.exists() else 'text_config()')
+  results = {'device': device, 'task': config.task, 'config': config_name,
              'batch_size': args.batch_size, 'dtype': args.dtype, 'models': args.models,
              'lengths': args.lengths, 'repeats': args.repeats, 'warmup': args.warmup,
              'isolated': isolate, 'points': []}
@@ -510,7 +512,6 @@ def main(argv=None) -> dict | None:
     for length in args.lengths:
       point = (profile_point_isolated(args, model_name, length) if isolate
                else profile_point(args, model_name, length))
-      point.pop('device', None)
       results['points'].append(point)
       print(describe(point), flush=True)
       write_outputs(results, out_dir)  # After every point, so an interrupted sweep keeps its data.

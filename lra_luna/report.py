@@ -16,11 +16,12 @@ A missing cell is '—' (empty in CSV), never 0; an average needs every one of i
 Figure 1. y: the average without Retrieval (the paper's Figure 1) for the rows that have it;
 if none has, the task with the most rows. x and circle area, with --profile: the profile's point
 of each model at the longest length measured for all plotted models (else the longest there is).
-Fields read per point (the file is a list of points, or {'points': [...]}): 'model', 'length',
-'steps_per_sec', 'memory_bytes' (optional: no circle size without it) and 'oom' (optional:
-true = not measured); others are ignored. Without --profile: x = the median logged training
-steps/s of the runs behind y (metrics.jsonl; a vmapped run logs the speed of all its seeds
-together), all circles one size.
+Fields read per point (the file is a list of points, or {'points': [...]} as lra_luna/profile.py
+writes): 'model', 'length'; speed 'steps_per_sec' or 'steps_per_s'; memory, the first of
+'memory_bytes', 'device_peak_bytes', 'estimated_bytes' that every measured point has (none: one
+circle size); a point with 'oom': true or a 'status' other than 'ok' is not measured. Others are
+ignored. Without --profile: x = the median logged training steps/s of the runs behind y
+(metrics.jsonl; a vmapped run logs the speed of all its seeds together), all circles one size.
 """
 
 import argparse
@@ -62,7 +63,8 @@ def load_results(sweep_dir) -> list[dict]:
   return found
 
 
-def test_accuracy(result: dict, checkpoint: str) -> float:
+def accuracy_of(result: dict, checkpoint: str) -> float:
+  """Test accuracy (percent) of the chosen checkpoint of one run."""
   if checkpoint not in result:
     raise ValueError(f"{result['workdir']} has no '{checkpoint}' section in its results.json.")
   return 100.0 * result[checkpoint]['test_accuracy']
@@ -87,7 +89,7 @@ def summarize(results: list[dict], checkpoint: str) -> dict:
   grouped = {}
   for r in results:
     grouped.setdefault((r['model'], r['head']), {}).setdefault(r['task'], []).append(
-        test_accuracy(r, checkpoint))
+        accuracy_of(r, checkpoint))
   return {key: {task: seed_statistics(accs) for task, accs in tasks.items()}
           for key, tasks in grouped.items()}
 
@@ -245,12 +247,26 @@ def write_table(table: Table, checkpoint: str, out_dir: pathlib.Path) -> list[pa
 # ----------------------------------------------------------------------------------------------
 # Figure 1.
 # ----------------------------------------------------------------------------------------------
-def measured_points(profile) -> list[dict]:
-  """The measured points of a loaded profile JSON (see the module docstring for the fields)."""
+SPEED_KEYS = ('steps_per_sec', 'steps_per_s')
+MEMORY_KEYS = {'memory_bytes': 'peak memory', 'device_peak_bytes': 'device peak memory',
+               'estimated_bytes': 'XLA memory estimate'}
+
+
+def measured_points(profile) -> tuple[list[dict], str | None]:
+  """(points as {'model', 'length', 'steps_per_sec', 'memory_bytes'}, the memory field read) of a
+  loaded profile JSON; see the module docstring for the fields."""
   points = profile.get('points', []) if isinstance(profile, dict) else profile
-  return [p for p in points
-          if not p.get('oom') and p.get('steps_per_sec') is not None
-          and 'model' in p and 'length' in p]
+  measured = []
+  for p in points:
+    speed = next((p[k] for k in SPEED_KEYS if p.get(k) is not None), None)
+    if (speed is not None and 'model' in p and 'length' in p and not p.get('oom')
+        and p.get('status', 'ok') == 'ok'):
+      measured.append({**p, 'steps_per_sec': speed})
+  # One memory kind for every circle, else sizes would not compare.
+  memory_key = next((k for k in MEMORY_KEYS if measured and all(p.get(k) for p in measured)),
+                    None)
+  return [{'model': p['model'], 'length': p['length'], 'steps_per_sec': p['steps_per_sec'],
+           'memory_bytes': p.get(memory_key)} for p in measured], memory_key
 
 
 def figure_accuracy(summary: dict) -> tuple[str, str | None, dict]:
@@ -260,7 +276,7 @@ def figure_accuracy(summary: dict) -> tuple[str, str | None, dict]:
   averages = {k: average(c, no_retrieval) for k, c in summary.items()}
   averages = {k: c.mean for k, c in averages.items() if c is not None}
   if averages:
-    return 'average test accuracy w/o Retrieval (%)', None, averages
+    return 'avg. test accuracy w/o Retrieval (%)', None, averages
   counts = {t: sum(t in c for c in summary.values()) for t in TASK_NAMES}
   task = max(TASK_NAMES, key=lambda t: counts[t])  # Ties go to the earlier task.
   return (f'{TASK_NAMES[task]} test accuracy (%)', task,
@@ -282,21 +298,26 @@ def profile_speeds(points: list[dict], models) -> tuple[str, dict]:
 
 
 def logged_speed(result: dict) -> float | None:
+  """Median logged training steps/s of a run, without its first interval (it holds the compile)
+  where there are others."""
   speeds = [row['steps_per_sec'] for row in
             metrics_lib.read_jsonl(result['workdir'] / metrics_lib.METRICS_FILE)
             if 'steps_per_sec' in row]
-  return statistics.median(speeds) if speeds else None
+  return statistics.median(speeds[1:] or speeds) if speeds else None
 
 
-def write_figure(summary: dict, results: list[dict], profile_points: list[dict] | None,
-                 out_dir: pathlib.Path) -> list[pathlib.Path]:
+def write_figure(summary: dict, results: list[dict], profile: dict | list | None,
+                 checkpoint: str, out_dir: pathlib.Path) -> list[pathlib.Path]:
+  """figure1.png and .pdf; `profile` is the loaded profile JSON or None."""
   import matplotlib
   matplotlib.use('Agg')  # Files only, no display.
   from matplotlib import pyplot as plt
 
   y_label, y_task, accuracy = figure_accuracy(summary)
   points = {}  # (model, head) -> (x, y, memory or None)
-  if profile_points is not None:
+  memory_key = None
+  if profile is not None:
+    profile_points, memory_key = measured_points(profile)
     x_label, speeds = profile_speeds(profile_points, {m for m, _ in accuracy})
     for (model, head), y in accuracy.items():
       if model in speeds:
@@ -323,15 +344,15 @@ def write_figure(summary: dict, results: list[dict], profile_points: list[dict] 
     label = f'{model} [{head}]' if model in several_heads else model
     if memory:
       label += f'\n{memory / 2**30:.2f} GiB'
-    ax.annotate(label, (x, y), textcoords='offset points', xytext=(0, 0), ha='center',
-                va='center', fontsize=8)
+    ax.annotate(label, (x, y), textcoords='offset points', xytext=(8, 8), fontsize=8)
   if not points:
     ax.text(0.5, 0.5, 'no points: no speed measured for any model', ha='center',
             transform=ax.transAxes)
   ax.set_xlabel(x_label)
   ax.set_ylabel(y_label)
-  size_note = 'circle area ∝ peak memory' if memories else 'no memory measured'
-  ax.set_title(f'Accuracy vs speed ({size_note})', fontsize=10)
+  size_note = (f'circle area ∝ {MEMORY_KEYS[memory_key]}' if memories and memory_key
+               else 'no memory measured')
+  ax.set_title(f'Figure 1: accuracy ({checkpoint} checkpoint) vs speed; {size_note}', fontsize=9)
   ax.margins(0.2)
   fig.tight_layout()
   paths = [out_dir / 'figure1.png', out_dir / 'figure1.pdf']
@@ -357,9 +378,8 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None)
   paths = []
   for table in (table1(summary, checkpoint), table3(summary, checkpoint)):
     paths += write_table(table, checkpoint, out_dir)
-  profile_points = (measured_points(json.loads(pathlib.Path(profile).read_text()))
-                    if profile else None)
-  paths += write_figure(summary, results, profile_points, out_dir)
+  profile = json.loads(pathlib.Path(profile).read_text()) if profile else None
+  paths += write_figure(summary, results, profile, checkpoint, out_dir)
   return paths
 
 

@@ -49,8 +49,8 @@ class Run:
   config: object            # the resulting ConfigDict
 
   @property
-  def config_flags(self) -> tuple:
-    return (*self.overrides, f'--config.model.head={self.head}', f'--config.seed={self.seed}')
+  def flags(self) -> tuple:
+    return run_flags(self.overrides, self.head, self.seed)
 
   @property
   def log(self) -> pathlib.Path:
@@ -59,6 +59,11 @@ class Run:
   @property
   def name(self) -> str:
     return f'{self.config.task}/{self.config.model_name}/{self.head}/seed{self.seed}'
+
+
+def run_flags(overrides, head: str, seed: int) -> tuple:
+  """run_lra's --config.* flags of one run: the user's overrides, then its head and seed."""
+  return (*overrides, f'--config.model.head={head}', f'--config.seed={seed}')
 
 
 def load_config(spec: str, config_overrides) -> object:
@@ -87,11 +92,10 @@ def plan(specs, seeds, heads, overrides, sweep_dir) -> list[Run]:
   for spec in specs:
     for head in heads or [load_config(spec, overrides).model.head]:
       for seed in seeds:
-        run = Run(spec, overrides, head, seed, pathlib.Path(), None)
-        config = load_config(spec, run.config_flags)
+        config = load_config(spec, run_flags(overrides, head, seed))
         config_lib.validate(config)
         workdir = pathlib.Path(sweep_dir) / config.task / config.model_name / head / f'seed{seed}'
-        runs.append(dataclasses.replace(run, workdir=workdir, config=config))
+        runs.append(Run(spec, overrides, head, seed, workdir, config))
   return runs
 
 
@@ -132,7 +136,7 @@ def run_sequential(runs: list[Run]) -> list[tuple]:
   for i, run in enumerate(runs, 1):
     run.workdir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(RUN_LRA), f'--config={run.spec}',
-               f'--workdir={run.workdir}', *run.config_flags]
+               f'--workdir={run.workdir}', *run.flags]
     print(f'[{i}/{len(runs)}] {run.name}: running (log {run.log})', flush=True)
     start = time.time()
     status = run_command(command, run.log)

@@ -100,9 +100,14 @@ def eval_step(params, constants, batch, *, graphdef):
 # Devices: data parallel over every device of every process.
 # ----------------------------------------------------------------------------------------------
 def maybe_initialize_distributed():
-  """Joins a multi-process run when the launcher set the coordinator (JAX_COORDINATOR_ADDRESS or a
-  cluster JAX auto-detects, e.g. SLURM); a no-op for one process."""
-  if os.environ.get('JAX_COORDINATOR_ADDRESS') or os.environ.get('SLURM_NTASKS', '1') != '1':
+  """Joins a multi-process run when the launcher says so: JAX_COORDINATOR_ADDRESS with
+  JAX_NUM_PROCESSES and JAX_PROCESS_ID, or a cluster JAX detects itself (SLURM, Open MPI)."""
+  if os.environ.get('JAX_COORDINATOR_ADDRESS'):
+    jax.distributed.initialize(
+        os.environ['JAX_COORDINATOR_ADDRESS'],
+        num_processes=int(os.environ['JAX_NUM_PROCESSES']),
+        process_id=int(os.environ['JAX_PROCESS_ID']))
+  elif int(os.environ.get('SLURM_NTASKS', '1')) > 1 or int(os.environ.get('OMPI_COMM_WORLD_SIZE', '1')) > 1:
     jax.distributed.initialize()
 
 

@@ -193,3 +193,44 @@ def test_dual_encoder_shapes():
   model = models.build_model(mc, seed=0)
   a, b = real_and_padded()
   assert model({'inputs1': a, 'inputs2': b}).shape == (2, 3)
+
+
+@pytest.mark.parametrize('model_name', ['luna16', 'transformer'])
+def test_bfloat16_close_to_float32(model_name):
+  """bf16 compute with float32 parameters: logits within 5e-2 of float32 (bf16 has an 8-bit
+  mantissa); softmax and LayerNorm statistics stay float32."""
+  mc32 = small_model_config(model_name)
+  mc16 = small_model_config(model_name, dtype='bfloat16')
+  m32, m16 = models.build_model(mc32, 0), models.build_model(mc16, 0)
+  params16 = jax.tree.leaves(nnx.state(m16, nnx.Param))
+  assert all(p.dtype == jnp.float32 for p in params16)
+  batch = {'inputs': real_and_padded()[0]}
+  np.testing.assert_allclose(m16(batch), m32(batch), atol=5e-2)
+  assert m16(batch).dtype == jnp.float32
+
+
+def test_bfloat16_trains_without_nan():
+  import optax
+  mc = small_model_config('luna16', dtype='bfloat16')
+  model = models.build_model(mc, 0)
+  graphdef, params, constants = nnx.split(model, nnx.Param, ...)
+  tx = optax.adamw(1e-3)
+  opt_state = tx.init(params)
+  batch = {'inputs': real_and_padded()[0]}
+  targets = jnp.array([0, 2])
+
+  @jax.jit
+  def step(params, opt_state, key):
+    def loss_fn(params):
+      logits = nnx.merge(graphdef, params, constants)(batch, deterministic=False,
+                                                      rngs=nnx.Rngs(dropout=key))
+      return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  losses = []
+  for i in range(5):
+    params, opt_state, loss = step(params, opt_state, jax.random.key(i))
+    losses.append(float(loss))
+  assert np.isfinite(losses).all() and losses[-1] < losses[0]

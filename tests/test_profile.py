@@ -17,14 +17,16 @@ def get_config(arg):
   model_name, _ = config_lib.parse_arg(arg, default_model='luna16')
   c = config_lib.base_config()
   c.task = 'text'
-  c.model.update(dim=16, num_heads=2, num_layers=1, ffn_dim=32, classifier_dim=16)
+  # No dropout: fewer ops, so a faster compile.
+  c.model.update(dim=16, num_heads=2, num_layers=1, ffn_dim=32, classifier_dim=16, dropout=0.0,
+                 attention_dropout=0.0)
   return config_lib.set_model(c, model_name)
 '''
 
 
-@pytest.fixture
-def tiny_config(tmp_path):
-  path = tmp_path / 'tiny.py'
+@pytest.fixture(scope='module')
+def tiny_config(tmp_path_factory):
+  path = tmp_path_factory.mktemp('config') / 'tiny.py'
   path.write_text(TINY_CONFIG)
   return str(path)
 
@@ -35,42 +37,56 @@ def run_profiler(config, out_dir):
                        '--warmup', '1', '--no-isolate'])
 
 
-def test_profiler_runs_end_to_end_and_writes_every_output(tiny_config, tmp_path):
-  results = run_profiler(tiny_config, tmp_path / 'out')
+# The point that runs out of memory in the shared sweep (simulated).
+OOM_POINT = ('luna16', 64)
+
+
+@pytest.fixture(scope='module')
+def sweep(tiny_config, tmp_path_factory):
+  """One in-process sweep (compiles are slow on CPU), with OOM_POINT running out of memory."""
+  out_dir = tmp_path_factory.mktemp('profile')
+  measure = profile.measure_point
+
+  def measure_or_run_out(config, **kwargs):
+    if (config.model_name, config.max_length) == OOM_POINT:
+      raise jax.errors.JaxRuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating 9 GiB')
+    return measure(config, **kwargs)
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(profile, 'measure_point', measure_or_run_out)
+    results = run_profiler(tiny_config, out_dir)
+  return results, out_dir
+
+
+def test_profiler_runs_end_to_end_and_writes_every_output(sweep):
+  results, out_dir = sweep
   for name in ('profile.json', 'table2.md', 'table2.tex', 'scaling.png'):
-    assert (tmp_path / 'out' / name).stat().st_size > 0
-  saved = json.loads((tmp_path / 'out' / 'profile.json').read_text())
+    assert (out_dir / name).stat().st_size > 0
+  saved = json.loads((out_dir / 'profile.json').read_text())
   assert saved['device']['platform'] == 'cpu' and saved['batch_size'] == 2
+  assert saved['points'] == results['points']
   assert [(p['model'], p['length']) for p in saved['points']] == [
       ('transformer', 64), ('transformer', 128), ('luna16', 64), ('luna16', 128)]
   for point in saved['points']:
+    if (point['model'], point['length']) == OOM_POINT:
+      continue
     assert point['status'] == 'ok'
     assert point['steps_per_s'] > 0 and len(point['step_times_s']) == 2
     assert point['compile_s'] > 0 and point['flops_per_step'] > 0
     assert point['estimated_bytes'] > 0 and point['num_params'] > 0
     assert point['device_peak_bytes'] is None  # CPU has no device memory stats.
-  assert set(saved['slopes']['step_s']) == {'transformer', 'luna16'}
-  table = (tmp_path / 'out' / 'table2.md').read_text()
+  assert saved['slopes']['step_s']['transformer'] is not None
+  table = (out_dir / 'table2.md').read_text()
   assert '| Transformer | 1.00 | 1.00 | 1.00 | 1.00 |' in table
-  assert '| Luna-16 |' in table
-  assert results['points'] == saved['points']
 
 
-def test_out_of_memory_point_is_recorded_and_the_sweep_goes_on(tiny_config, tmp_path,
-                                                                monkeypatch):
-  measure = profile.measure_point
-
-  def measure_or_run_out(config, **kwargs):
-    if (config.model_name, config.max_length) == ('luna16', 64):
-      raise jax.errors.JaxRuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating 9 GiB')
-    return measure(config, **kwargs)
-
-  monkeypatch.setattr(profile, 'measure_point', measure_or_run_out)
-  results = run_profiler(tiny_config, tmp_path)
+def test_out_of_memory_point_is_recorded_and_the_sweep_goes_on(sweep):
+  results, out_dir = sweep
   status = {(p['model'], p['length']): p['status'] for p in results['points']}
   assert status == {('transformer', 64): 'ok', ('transformer', 128): 'ok',
                     ('luna16', 64): 'oom', ('luna16', 128): 'ok'}
-  assert '| Luna-16 | OOM |' in (tmp_path / 'table2.md').read_text()
+  assert 'RESOURCE_EXHAUSTED' in results['points'][2]['error']
+  assert '| Luna-16 | OOM |' in (out_dir / 'table2.md').read_text()
 
 
 def test_other_errors_are_not_taken_for_out_of_memory(tiny_config, tmp_path, monkeypatch):
@@ -151,5 +167,5 @@ def estimated_bytes(config_path, model_name, length):
 def test_luna_memory_grows_linearly_and_the_transformers_faster(tiny_config):
   luna = {n: estimated_bytes(tiny_config, 'luna16', n) for n in (1024, 2048)}
   transformer = {n: estimated_bytes(tiny_config, 'transformer', n) for n in (1024, 2048)}
-  assert 1.7 < luna[2048] / luna[1024] < 2.3
+  assert 1.7 < luna[2048] / luna[1024] < 2.5  # Linear: 2; quadratic: 4.
   assert transformer[2048] / transformer[1024] > 3.0

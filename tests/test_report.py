@@ -108,26 +108,46 @@ def test_writes_three_formats_with_missing_cells(sweep, tmp_path):
   assert any(r['model'] == 'Luna-16, P' and r['listops_mean'] == '38.0600' for r in rows3)
 
 
-@pytest.mark.parametrize('with_profile', [True, False])
-def test_figure_written(sweep, tmp_path, with_profile):
+# The brief's profile fields, and the ones lra_luna/profile.py writes.
+PROFILES = {
+    'brief': [{'model': 'luna16', 'length': 1000, 'steps_per_sec': 5.0, 'memory_bytes': 1e8},
+              {'model': 'transformer', 'length': 1000, 'steps_per_sec': 4.0, 'memory_bytes': 4e8},
+              {'model': 'transformer', 'length': 4000, 'oom': True}],
+    'profile.py': {'points': [
+        {'model': 'luna16', 'length': 1000, 'status': 'ok', 'steps_per_s': 5.0,
+         'estimated_bytes': 1e8, 'device_peak_bytes': None},
+        {'model': 'transformer', 'length': 1000, 'status': 'ok', 'steps_per_s': 4.0,
+         'estimated_bytes': 4e8, 'device_peak_bytes': None},
+        {'model': 'transformer', 'length': 4000, 'status': 'oom', 'error': 'RESOURCE_EXHAUSTED'}]},
+}
+
+
+@pytest.mark.parametrize('profile_kind', [*PROFILES, None])
+def test_figure_written(sweep, tmp_path, profile_kind):
   profile = None
-  if with_profile:
+  if profile_kind:
     profile = tmp_path / 'profile.json'
-    profile.write_text(json.dumps({'points': [
-        {'model': 'luna16', 'length': 1000, 'steps_per_sec': 5.0, 'memory_bytes': 1e8},
-        {'model': 'luna16', 'length': 4000, 'steps_per_sec': 2.0, 'memory_bytes': 3e8},
-        {'model': 'transformer', 'length': 1000, 'steps_per_sec': 4.0, 'memory_bytes': 4e8},
-        {'model': 'transformer', 'length': 4000, 'oom': True}]}))
+    profile.write_text(json.dumps(PROFILES[profile_kind]))
   paths = report.make_report(sweep, profile=profile, out_dir=tmp_path / 'out')
   figures = [p for p in paths if p.name.startswith('figure1')]
   assert sorted(p.suffix for p in figures) == ['.pdf', '.png']
   assert all(p.stat().st_size > 0 for p in figures)
 
 
+@pytest.mark.parametrize('profile_kind, memory_key', [('brief', 'memory_bytes'),
+                                                      ('profile.py', 'estimated_bytes')])
+def test_profile_fields_read(profile_kind, memory_key):
+  points, key = report.measured_points(PROFILES[profile_kind])
+  assert key == memory_key
+  assert points == [
+      {'model': 'luna16', 'length': 1000, 'steps_per_sec': 5.0, 'memory_bytes': 1e8},
+      {'model': 'transformer', 'length': 1000, 'steps_per_sec': 4.0, 'memory_bytes': 4e8}]
+
+
 def test_profile_length_is_longest_common_measured():
-  points = report.measured_points([
+  points, _ = report.measured_points([
       {'model': 'a', 'length': 1000, 'steps_per_sec': 5.0, 'memory_bytes': 1},
-      {'model': 'a', 'length': 4000, 'steps_per_sec': 2.0},
+      {'model': 'a', 'length': 4000, 'steps_per_sec': 2.0, 'memory_bytes': 3},
       {'model': 'b', 'length': 1000, 'steps_per_sec': 4.0, 'memory_bytes': 2},
       {'model': 'b', 'length': 4000, 'oom': True}])
   label, speeds = report.profile_speeds(points, {'a', 'b'})

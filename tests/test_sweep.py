@@ -8,6 +8,9 @@ import pytest
 from lra_luna import sweep
 from lra_luna import train
 
+# ml_collections' config_flags loads config files with the deprecated load_module().
+pytestmark = pytest.mark.filterwarnings('ignore:the load_module:DeprecationWarning')
+
 CONFIG = str(pathlib.Path(__file__).resolve().parent.parent / 'configs' / 'listops.py')
 SPEC = f'{CONFIG}:luna16,quick'
 # A tiny ListOps run: 20 steps on 300 generated examples.
@@ -21,8 +24,8 @@ def sweep_args(sweep_dir, seeds='0,1,2', mode='sequential', extra=()):
           '--override', *TINY, *extra]
 
 
-def planned(sweep_dir, seeds=(0, 1, 2)):
-  return {run.seed: run for run in sweep.plan([SPEC], list(seeds), [], TINY, sweep_dir)}
+def planned(sweep_dir, seeds=(0, 1, 2), extra=()):
+  return {run.seed: run for run in sweep.plan([SPEC], list(seeds), [], [*TINY, *extra], sweep_dir)}
 
 
 def fabricate_finished(run):
@@ -54,7 +57,7 @@ def test_layout_and_command(tmp_path):
   run = planned(tmp_path, seeds=(3,))[3]
   assert run.workdir == tmp_path / 'listops' / 'luna16' / 'cls' / 'seed3'
   assert run.config.seed == 3 and run.config.num_train_steps == 20
-  assert run.config_flags[-2:] == ('--config.model.head=cls', '--config.seed=3')
+  assert run.flags[-2:] == ('--config.model.head=cls', '--config.seed=3')
 
 
 def test_resume_runs_only_what_is_missing(tmp_path, recorded):
@@ -102,16 +105,42 @@ def test_vmap_groups_unfinished_seeds_by_resume_step(tmp_path, monkeypatch):
   assert sorted(groups) == [([1, 3], ['seed1', 'seed3']), ([2], ['seed2'])]
 
 
+def test_vmap_group_failure_is_reported_and_others_run(tmp_path, monkeypatch, capsys):
+  groups = []
+
+  def fake_train_seeds(config, seeds, workdirs):
+    groups.append(list(seeds))
+    if 2 in seeds:
+      raise train.TrainingError('boom')
+
+  monkeypatch.setattr(train, 'train_seeds', fake_train_seeds, raising=False)
+  runs = planned(tmp_path, seeds=(1, 2))
+  fabricate_unfinished(runs[2], step=10)
+  assert sweep.main(sweep_args(tmp_path, seeds='1,2', mode='vmap')) == 1
+  assert sorted(groups) == [[1], [2]]
+  err = capsys.readouterr().err
+  assert 'seed2: TrainingError: boom' in err and str(runs[2].log) in err
+  assert 'boom' in runs[2].log.read_text()
+
+
+def test_vmap_without_train_seeds_is_a_clear_error(tmp_path, monkeypatch, capsys):
+  monkeypatch.delattr(train, 'train_seeds', raising=False)
+  assert sweep.main(sweep_args(tmp_path, mode='vmap')) == 2
+  assert 'train.train_seeds' in capsys.readouterr().err
+
+
 @pytest.mark.skipif(not hasattr(train, 'train_seeds'), reason='train.train_seeds not there yet')
 def test_vmapped_seeds_match_seeds_run_alone(tmp_path):
   data = ['data_dir=' + str(tmp_path / 'data')]
   assert sweep.main(sweep_args(tmp_path / 'vmap', seeds='0,1', mode='vmap', extra=data)) == 0
-  for seed, run in planned(tmp_path / 'vmap', seeds=(0, 1)).items():
+  runs = planned(tmp_path / 'vmap', seeds=(0, 1), extra=data)
+  vmapped_losses = []
+  for seed, run in runs.items():
     vmapped = json.loads((run.workdir / train.RESULTS_FILE).read_text())
-    config = sweep.load_config(SPEC, [f'--config.{o}' for o in TINY + data] +
-                              [f'--config.seed={seed}'])
-    alone = train.train_and_evaluate(config, tmp_path / 'alone' / f'seed{seed}')
+    vmapped_losses.append(vmapped['last']['val_loss'])
+    alone = train.train_and_evaluate(run.config, tmp_path / 'alone' / f'seed{seed}')
     for section in ('last', 'best'):
       for key in ('val_accuracy', 'val_loss', 'test_accuracy', 'test_loss', 'step'):
         assert vmapped[section][key] == pytest.approx(alone[section][key], abs=1e-4), (
             seed, section, key)
+  assert vmapped_losses[0] != pytest.approx(vmapped_losses[1], abs=1e-6)  # seeds differ

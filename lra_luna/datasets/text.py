@@ -40,7 +40,7 @@ def import_tensorflow_datasets():
   try:
     tf.config.set_visible_devices([], 'GPU')
   except RuntimeError:
-    pass  # TF already initialised its devices in this process; the first call hid the GPUs.
+    pass  # TF set up its devices earlier in this process; too late to change them now.
   return tf, tfds
 
 
@@ -54,10 +54,10 @@ def read_tfds_split(name: str, split: str, data_dir, decode=None):
   builder = tfds.builder(name, data_dir=str(data_dir))
   try:
     dataset = builder.as_dataset(split=split, shuffle_files=False)
-  except AssertionError as e:  # TFDS's "could not find data in <dir>"
+  except AssertionError:  # TFDS's "could not find data in <dir>"
     dataset_name = name.split('/')[0]
     raise base.DataError(
-        f'TFDS dataset {name} is not prepared in {data_dir} ({e}). This code never downloads. '
+        f'TFDS dataset {name} is not prepared in {data_dir}, and this code never downloads. '
         f'On a machine with internet run\n  {prepare_command(dataset_name, data_dir)}\nthen copy '
         f'{data_dir} here (or point --config.tfds_data_dir at the copy).') from None
   if decode is not None:
