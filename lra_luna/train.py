@@ -103,11 +103,14 @@ def maybe_initialize_distributed():
   """Joins a multi-process run when the launcher says so: JAX_COORDINATOR_ADDRESS with
   JAX_NUM_PROCESSES and JAX_PROCESS_ID, or a cluster JAX detects itself (SLURM, Open MPI)."""
   if os.environ.get('JAX_COORDINATOR_ADDRESS'):
+    # CPU processes (tests, CPU clusters) exchange collectives through gloo.
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
     jax.distributed.initialize(
         os.environ['JAX_COORDINATOR_ADDRESS'],
         num_processes=int(os.environ['JAX_NUM_PROCESSES']),
         process_id=int(os.environ['JAX_PROCESS_ID']))
   elif int(os.environ.get('SLURM_NTASKS', '1')) > 1 or int(os.environ.get('OMPI_COMM_WORLD_SIZE', '1')) > 1:
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
     jax.distributed.initialize()
 
 

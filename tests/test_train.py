@@ -201,3 +201,31 @@ def test_cli_reports_bad_input_in_one_line(data_dir, tmp_path):
                         env=run_env(), capture_output=True, text=True)
   assert proc.returncode != 0 and "valid choices: ['cls', 'mean', 'mean_p']" in proc.stderr
   assert 'Traceback' not in proc.stderr
+
+
+def free_port():
+  import socket
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+def test_two_processes_match_one(data_dir, tmp_path):
+  """Two JAX processes (as on two hosts; gloo collectives on CPU), each reading its own shard."""
+  steps = {'num_train_steps': 10, 'eval_every': 5, 'log_every': 1}
+  subprocess.run(cli_args(data_dir, tmp_path / 'one', **steps), env=run_env(), check=True,
+                 capture_output=True)
+  address = f'localhost:{free_port()}'
+  procs = [subprocess.Popen(cli_args(data_dir, tmp_path / 'two', **steps), env=run_env(
+      JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES='2', JAX_PROCESS_ID=str(i)),
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for i in range(2)]
+  for proc in procs:
+    assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()[-2000:]
+  losses = {name: [r['train_loss'] for r in metrics.read_jsonl(tmp_path / name / 'metrics.jsonl')
+                   if 'train_loss' in r] for name in ('one', 'two')}
+  assert len(losses['two']) == 10
+  np.testing.assert_allclose(losses['one'], losses['two'], rtol=1e-4, atol=1e-5)
+  one = json.loads((tmp_path / 'one' / 'results.json').read_text())
+  two = json.loads((tmp_path / 'two' / 'results.json').read_text())
+  assert two['last']['test_examples'] == one['last']['test_examples'] == 64
+  assert two['last']['test_accuracy'] == pytest.approx(one['last']['test_accuracy'], abs=1e-6)
