@@ -6,8 +6,9 @@ copies is reported unlearnable, so the import names any second copy) or generate
   python data/generate_pathfinder.py --resolution 128 --difficulty hard
 Run (full, paper values):
   python run_lra.py --config configs/pathx.py:luna16 --workdir runs/pathx_luna16
-Quick (2-core CPU, a few minutes with a Luna model; 200 images generated under
-<data root>/pathx-quick; the transformer's 16385 x 16385 attention needs ~10 GB of memory):
+Quick (2-core CPU, a minute with a Luna model; 400 images generated under
+<data root>/pathx-quick; softmax attention over 16385 tokens needs ~26 GB at this batch of 4,
+so run the transformer's quick variant on a GPU):
   python run_lra.py --config configs/pathx.py:luna16,quick --workdir runs/pathx_luna16_quick
 Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'.
 """
@@ -63,20 +64,20 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   config_lib.set_model(c, model_name)
 
   if quick:
-    # 200 freshly generated 128 px images (in their own data root, read when this config is
+    # 400 freshly generated 128 px images (in their own data root, read when this config is
     # built, so they never mix with the full set), full 16384-token inputs, a tiny model: a
     # smoke test of the pipeline at Path-X length, not a result.
     c.data_dir = str(base.data_root() / 'pathx-quick')
     c.pathfinder.generate_if_missing = True
-    c.pathfinder.num_images = 200
-    c.pathfinder.images_per_batch = 100
+    c.pathfinder.num_images = 400
+    c.pathfinder.images_per_batch = 200
     c.batch_size = 4
     c.eval_batch_size = 4
-    c.num_train_steps = 20
-    c.warmup_steps = 5
-    c.eval_every = 20
-    c.checkpoint_every = 20
-    c.log_every = 10
+    c.num_train_steps = 100
+    c.warmup_steps = 10
+    c.eval_every = 100
+    c.checkpoint_every = 100
+    c.log_every = 20
     m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 16, 2, 1, 32, 32
     m.dropout = m.attention_dropout = 0.0
   return c

@@ -99,7 +99,11 @@ def import_release(release, data_root, *, copy: bool = False, tasks=tuple(LAYOUT
         continue
       found = True
       source = copies[0]
-      report['notes'] += [f'another copy of {inner} at {other} is not used' for other in copies[1:]]
+      # LRA users found one of the release's two pathfinder128 copies unlearnable: say where
+      # the other copy is, so it can be swapped in by hand.
+      report['notes'] += [f'another copy of {inner} at {other} is not used (to use it, replace '
+                          f'the entries of {data_root / destination} with links to it)'
+                          for other in copies[1:]]
       for name in names:
         if (source / name).exists():
           report['done'].append(place(source / name, data_root / destination / name, copy))

@@ -12,7 +12,7 @@ OOM and the sweep goes on. One device; the whole batch sits on it.
 
 Writes to --out_dir: profile.json (every point), table2.md and table2.tex (speed and memory
 relative to the vanilla Transformer, the paper's rows beside ours) and scaling.png.
-Any task config works: --config configs/<task>.py[:arg]; the default is the Text task.
+Any task config works: --config configs/<task>.py[:arg]; the default is configs/text.py.
 """
 
 import argparse
@@ -45,15 +45,16 @@ CORE_MODELS = ('transformer', 'transformer_fused', 'luna16', 'luna128', 'luna256
 TASK_SIZES = {'listops': (16, 10), 'text': (257, 2), 'retrieval': (257, 2), 'image': (256, 10),
               'pathfinder': (256, 2), 'pathx': (256, 2)}
 PAPER_LENGTHS = (1024, 2048, 3072, 4096)
-# Luna paper Table 2 (byte-level Text, relative to the Transformer): (steps/s, peak memory).
+# Luna paper Table 2 (byte-level Text, relative to the Transformer): (steps/s, peak memory),
+# as printed in the paper.
 PAPER_TABLE2 = {
-    'local': ((1.1, 1.7, 3.2, 5.3), (0.49, 0.29, 0.19, 0.14)),
-    'linformer': ((1.2, 1.9, 3.7, 5.5), (0.44, 0.21, 0.18, 0.10)),
-    'linear_transformer': ((1.1, 1.9, 3.7, 5.6), (0.44, 0.22, 0.15, 0.11)),
-    'performer': ((1.2, 1.9, 3.8, 5.7), (0.44, 0.22, 0.15, 0.11)),
-    'luna16': ((1.2, 1.8, 3.7, 5.5), (0.44, 0.23, 0.17, 0.10)),
-    'luna128': ((1.1, 1.7, 3.4, 5.1), (0.49, 0.28, 0.21, 0.14)),
-    'luna256': ((1.1, 1.7, 3.3, 4.9), (0.60, 0.33, 0.23, 0.16)),
+    'local': (('1.1', '1.7', '3.2', '5.3'), ('0.49', '0.29', '0.19', '0.14')),
+    'linformer': (('1.2', '1.9', '3.7', '5.5'), ('0.44', '0.21', '0.18', '0.10')),
+    'linear_transformer': (('1.1', '1.9', '3.7', '5.6'), ('0.44', '0.22', '0.15', '0.11')),
+    'performer': (('1.2', '1.9', '3.8', '5.7'), ('0.44', '0.22', '0.15', '0.11')),
+    'luna16': (('1.2', '1.8', '3.7', '5.5'), ('0.44', '0.23', '0.17', '0.10')),
+    'luna128': (('1.1', '1.7', '3.4', '5.1'), ('0.49', '0.28', '0.21', '0.14')),
+    'luna256': (('1.1', '1.7', '3.3', '4.9'), ('0.60', '0.33', '0.23', '0.16')),
 }
 LABELS = {'transformer': 'Transformer', 'transformer_fused': 'Transformer (fused)',
           'luna16': 'Luna-16', 'luna128': 'Luna-128', 'luna256': 'Luna-256',
@@ -74,22 +75,8 @@ def default_models() -> list[str]:
                           if attention in baselines.BASELINE_ATTENTIONS)]
 
 
-def text_config(model_name: str):
-  """The Text task at LRA's sizes (lra.md §3), for when configs/text.py does not exist."""
-  c = config_lib.base_config()
-  c.task = 'text'
-  m = c.model
-  m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 256, 4, 4, 1024, 1024
-  m.positions = 'learned'
-  return config_lib.set_model(c, model_name)
-
-
 def load_config(spec: str, model_name: str):
-  """`path/to/<task>.py[:arg]` -> its get_config('<model>[,arg]'); '' = the Text task."""
-  if not spec:
-    if not TEXT_CONFIG.exists():
-      return text_config(model_name)
-    spec = str(TEXT_CONFIG)
+  """`path/to/<task>.py[:arg]` -> its get_config('<model>[,arg]')."""
   path, _, arg = spec.partition(':')
   module_spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
   module = importlib.util.module_from_spec(module_spec)
@@ -203,7 +190,7 @@ def profile_point(args, model_name: str, length: int, *, fresh_process: bool = F
   try:
     result = measure_point(config, warmup=args.warmup, repeats=args.repeats,
                            fresh_process=fresh_process)
-  except Exception as error:  # pylint: disable=broad-except
+  except Exception as error:  # Only out-of-memory is tolerated; see below.
     if not is_out_of_memory(error):
       raise
     return oom_point(model_name, length, f'{type(error).__name__}: {error}')
@@ -288,7 +275,8 @@ def relative_cell(index: dict, model_name: str, length: int, key: str):
 
 def relative_rows(results: dict) -> list[tuple[str, list]]:
   """(label, cells) per row: ours (speed then memory over every length), each with the paper's
-  row below it where the paper has one. Our cells are floats, 'OOM...' or None."""
+  row below it where the paper has one. Our cells are floats, 'OOM...' or None; the paper's are
+  its printed strings."""
   points, lengths = results['points'], results['lengths']
   index = {(p['model'], p['length']): p for p in points}
   memory = memory_key(points)
@@ -305,12 +293,11 @@ def relative_rows(results: dict) -> list[tuple[str, list]]:
   return rows
 
 
-def format_cell(cell, paper: bool) -> str:
+def format_cell(cell) -> str:
+  """A ratio with 2 decimals; words ('OOM', the paper's printed numbers) as they are; None '-'."""
   if cell is None:
     return '-'
-  if isinstance(cell, str):
-    return cell
-  return f'{cell:g}' if paper else f'{cell:.2f}'
+  return cell if isinstance(cell, str) else f'{cell:.2f}'
 
 
 def length_label(length: int) -> str:
@@ -364,15 +351,14 @@ def markdown_table(results: dict) -> str:
            setting_line(results) + ' Higher steps/s and lower memory are better.', '',
            '| Model | ' + ' | '.join(headers) + ' |', '|---' * (len(headers) + 1) + '|']
   for label, cells in relative_rows(results):
-    paper = label.endswith('(paper)')
-    lines.append(f'| {label} | ' + ' | '.join(format_cell(c, paper) for c in cells) + ' |')
+    lines.append(f'| {label} | ' + ' | '.join(format_cell(c) for c in cells) + ' |')
   lines += ['', absolute_note(results), '',
             '## Fitted log-log slopes against length (1 = linear, 2 = quadratic)', '',
             '| Model | step time | memory |', '|---|---|---|']
   time_slopes, memory_slopes = results['slopes']['step_s'], results['slopes']['memory']
   for name in results['models']:
-    lines.append(f'| {LABELS.get(name, name)} | {format_cell(time_slopes.get(name), False)} | '
-                 f'{format_cell(memory_slopes.get(name), False)} |')
+    lines.append(f'| {LABELS.get(name, name)} | {format_cell(time_slopes.get(name))} | '
+                 f'{format_cell(memory_slopes.get(name))} |')
   lines += ['', '## Every point', '',
             '| Model | length | steps/s | compile s | GFLOP/step | estimate MiB | device peak MiB '
             '| parameters |', '|---' * 8 + '|']
@@ -401,9 +387,8 @@ def latex_table(results: dict) -> str:
            rf'\multicolumn{{{k}}}{{c}}{{Peak Memory Usage $\downarrow$}}\\',
            rf'Model & {header} & {header} \\', r'\midrule']
   for label, cells in relative_rows(results):
-    paper = label.endswith('(paper)')
-    lines.append(escape(label) + ' & '
-                 + ' & '.join(escape(format_cell(c, paper)) for c in cells) + r' \\')
+    lines.append(escape(label) + ' & ' + ' & '.join(escape(format_cell(c)) for c in cells)
+                 + r' \\')
   lines += [r'\bottomrule', r'\end{tabular}', r'\end{table}']
   return '\n'.join(lines) + '\n'
 
@@ -469,8 +454,8 @@ def parse_args(argv):
   parser.add_argument('--lengths', type=comma_list(int), default=[1024, 2048, 3072, 4096],
                       help='comma-separated sequence lengths')
   parser.add_argument('--batch_size', type=int, default=32)
-  parser.add_argument('--config', default='',
-                      help="configs/<task>.py[:arg]; '' = the Text task (configs/text.py)")
+  parser.add_argument('--config', default=str(TEXT_CONFIG),
+                      help='configs/<task>.py[:arg] (default: the Text task)')
   parser.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
   parser.add_argument('--out_dir', default='runs/profile')
   parser.add_argument('--repeats', type=int, default=10, help='timed steps (median reported)')
@@ -483,10 +468,9 @@ def parse_args(argv):
   unknown = sorted(set(args.models) - set(config_lib.MODELS))
   if unknown:
     parser.error(f'unknown models {unknown}; valid choices: {sorted(config_lib.MODELS)}')
-  if args.config:
-    # Absolute, so that worker processes (run from the repository root) find it.
-    path, sep, arg = args.config.partition(':')
-    args.config = str(pathlib.Path(path).resolve()) + sep + arg
+  # Absolute, so that worker processes (run from the repository root) find it.
+  path, sep, arg = args.config.partition(':')
+  args.config = str(pathlib.Path(path).resolve()) + sep + arg
   return args
 
 
@@ -501,8 +485,7 @@ def main(argv=None) -> dict | None:
   device = device_info() if args.isolate is False else probe_device_info()
   isolate = device['platform'] == 'gpu' if args.isolate is None else args.isolate
   config = load_config(args.config, args.models[0])
-  config_name = args.config or (str(TEXT_CONFIG) if TEXT_CONFIG.exists() else 'text_config()')
-  results = {'device': device, 'task': config.task, 'config': config_name,
+  results = {'device': device, 'task': config.task, 'config': args.config,
              'batch_size': args.batch_size, 'dtype': args.dtype, 'models': args.models,
              'lengths': args.lengths, 'repeats': args.repeats, 'warmup': args.warmup,
              'isolated': isolate, 'points': []}

@@ -29,7 +29,7 @@ IMPORT_HINT = ('run `python data/import_lra_release.py <unpacked lra_release fol
 
 def _rows(path: pathlib.Path):
   """Yields (line number, columns) of a release TSV; DataError on a line csv cannot split."""
-  csv.field_size_limit(FIELD_SIZE_LIMIT)
+  csv.field_size_limit(FIELD_SIZE_LIMIT)  # process-wide, and harmless to raise
   # surrogateescape keeps every byte, even in invalid UTF-8, so the encoding is byte-exact.
   with open(path, encoding='utf-8', errors='surrogateescape', newline='') as f:
     reader = csv.reader(f, delimiter='\t', quoting=csv.QUOTE_NONE)
@@ -66,7 +66,7 @@ def read_aan_tsv(path, max_length: int) -> dict:
   path = pathlib.Path(path)
   if not path.is_file():
     raise base.DataError(f'Retrieval file {path} not found; {IMPORT_HINT}.')
-  # Two passes (count, then parse) keep memory at the output arrays: train is ~1 GB of text.
+  # Two passes (count, then parse) keep memory at the output arrays, not at the text.
   num_rows = sum(1 for _ in _rows(path))
   if num_rows == 0:
     raise base.DataError(f'{path}: no examples (an empty file?); {IMPORT_HINT}.')
