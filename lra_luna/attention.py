@@ -40,6 +40,23 @@ def projection(dim: int, *, init: str, role: str, dtype, rngs: nnx.Rngs) -> nnx.
   return nnx.Linear(dim, dim, kernel_init=projection_init(init, role), dtype=dtype, rngs=rngs)
 
 
+def project_together(x: jax.Array, layers) -> list:
+  """[layer(x) for layer in layers] as one matmul over x with the kernels side by side.
+
+  A `None` layer stands for the one before it (tied key and value), so it costs nothing.
+  """
+  distinct = [layer for layer in layers if layer is not None]
+  kernel = jnp.concatenate([layer.kernel[...] for layer in distinct], axis=1)
+  bias = jnp.concatenate([layer.bias[...] for layer in distinct], axis=0)
+  dtype = distinct[0].dtype or x.dtype
+  y = jnp.dot(x.astype(dtype), kernel.astype(dtype)) + bias.astype(dtype)
+  outputs = jnp.split(y, len(distinct), axis=-1)
+  result = []
+  for layer in layers:
+    result.append(result[-1] if layer is None else outputs.pop(0))
+  return result
+
+
 def split_heads(x: jax.Array, num_heads: int) -> jax.Array:
   """[B, n, D] -> [B, heads, n, D / heads]; head h owns features [h*D/H, (h+1)*D/H)."""
   b, n, d = x.shape
@@ -135,30 +152,27 @@ class LunaAttention(nnx.Module):
     self.out = projection(dim, init=init, role='out', dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(attention_dropout)
 
-  def _keys_values(self, context, key_layer, value_layer, num_heads):
-    key = split_heads(key_layer(context), num_heads)
-    value = key if value_layer is None else split_heads(value_layer(context), num_heads)
-    return key, value
-
-  def pack_attention(self, p, x, x_mask, *, deterministic=True, rngs=None):
-    """Eq. 3: Yp = Attn(P W_q, X W_k, X W_v), padding of X masked; [B, l, D], no out projection."""
-    head_dim = p.shape[-1] // self.num_pack_heads
-    q = split_heads(self.pack_query(p), self.num_pack_heads) * head_dim**-0.5
-    k, v = self._keys_values(x, self.pack_key, self.pack_value, self.num_pack_heads)
-    return merge_heads(scaled_dot_product(q, k, v, x_mask, self.dropout,
-                                          deterministic=deterministic, rngs=rngs))
-
-  def unpack_attention(self, x, packed, p_mask, *, deterministic=True, rngs=None):
-    """Eq. 4: Yx = Attn(X W_q, Yp W_k, Yp W_v) W_out, unused P slots masked; [B, n, D]."""
-    head_dim = x.shape[-1] // self.num_heads
-    q = split_heads(self.unpack_query(x), self.num_heads) * head_dim**-0.5
-    k, v = self._keys_values(packed, self.unpack_key, self.unpack_value, self.num_heads)
-    y = scaled_dot_product(q, k, v, p_mask, self.dropout, deterministic=deterministic, rngs=rngs)
-    return self.out(merge_heads(y))
-
   def __call__(self, x, p, x_mask, p_mask, *, deterministic: bool = True,
                rngs: nnx.Rngs | None = None):
     """Returns (Yx [B, n, D], Yp [B, l, D])."""
-    packed = self.pack_attention(p, x, x_mask, deterministic=deterministic, rngs=rngs)
-    unpacked = self.unpack_attention(x, packed, p_mask, deterministic=deterministic, rngs=rngs)
-    return unpacked, packed
+    dim = x.shape[-1]
+    # Pack (eq. 3): Yp = Attn(P W_pq, X W_pk, X W_pv) with X's padding masked; no out projection.
+    # The three projections that read the long X (pack key, pack value, unpack query) run as one
+    # matmul: one pass over X instead of three (same parameters, same values).
+    pack_key, pack_value, unpack_query = project_together(
+        x, [self.pack_key, self.pack_value, self.unpack_query])
+    pack_dim = dim // self.num_pack_heads
+    packed = merge_heads(scaled_dot_product(
+        split_heads(self.pack_query(p), self.num_pack_heads) * pack_dim**-0.5,
+        split_heads(pack_key, self.num_pack_heads),
+        split_heads(pack_value, self.num_pack_heads),
+        x_mask, self.dropout, deterministic=deterministic, rngs=rngs))
+    # Unpack (eq. 4): Yx = Attn(X W_q, Yp W_k, Yp W_v) W_out with unused P slots masked.
+    unpack_key, unpack_value = project_together(packed, [self.unpack_key, self.unpack_value])
+    head_dim = dim // self.num_heads
+    unpacked = scaled_dot_product(
+        split_heads(unpack_query, self.num_heads) * head_dim**-0.5,
+        split_heads(unpack_key, self.num_heads),
+        split_heads(unpack_value, self.num_heads),
+        p_mask, self.dropout, deterministic=deterministic, rngs=rngs)
+    return self.out(merge_heads(unpacked)), packed
