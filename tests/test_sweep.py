@@ -123,13 +123,13 @@ def test_vmap_group_failure_is_reported_and_others_run(tmp_path, monkeypatch, ca
   assert 'boom' in runs[2].log.read_text()
 
 
-def test_vmap_without_train_seeds_is_a_clear_error(tmp_path, monkeypatch, capsys):
-  monkeypatch.delattr(train, 'train_seeds', raising=False)
-  assert sweep.main(sweep_args(tmp_path, mode='vmap')) == 2
-  assert 'train.train_seeds' in capsys.readouterr().err
+def test_mean_p_is_planned_only_for_luna(tmp_path):
+  transformer = f'{CONFIG}:transformer,quick'
+  runs = sweep.plan([SPEC, transformer], [0], ['cls', 'mean_p'], TINY, tmp_path)
+  assert sorted((r.config.model_name, r.head) for r in runs) == [
+      ('luna16', 'cls'), ('luna16', 'mean_p'), ('transformer', 'cls')]
 
 
-@pytest.mark.skipif(not hasattr(train, 'train_seeds'), reason='train.train_seeds not there yet')
 def test_vmapped_seeds_match_seeds_run_alone(tmp_path):
   data = ['data_dir=' + str(tmp_path / 'data')]
   assert sweep.main(sweep_args(tmp_path / 'vmap', seeds='0,1', mode='vmap', extra=data)) == 0
