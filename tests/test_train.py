@@ -229,3 +229,22 @@ def test_two_processes_match_one(data_dir, tmp_path):
   two = json.loads((tmp_path / 'two' / 'results.json').read_text())
   assert two['last']['test_examples'] == one['last']['test_examples'] == 64
   assert two['last']['test_accuracy'] == pytest.approx(one['last']['test_accuracy'], abs=1e-6)
+
+
+def test_training_path_never_imports_tensorflow(data_dir, tmp_path):
+  """Models, training, the ListOps and Pathfinder paths and the profiler run where only JAX is
+  installed: TensorFlow is made unimportable and a short run must still finish."""
+  code = f'''
+import sys
+sys.modules['tensorflow'] = None  # any `import tensorflow` now raises ImportError
+sys.path.insert(0, {str(REPO)!r})
+import lra_luna.train, lra_luna.profile, lra_luna.sweep, lra_luna.report
+import lra_luna.datasets.listops, lra_luna.datasets.pathfinder, lra_luna.datasets.retrieval
+sys.argv = {cli_args(data_dir, tmp_path / 'run', num_train_steps=2)[1:]!r}
+import runpy
+runpy.run_path(sys.argv[0], run_name='__main__')
+'''
+  proc = subprocess.run([sys.executable, '-c', code], env=run_env(), capture_output=True,
+                        text=True)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert (tmp_path / 'run' / 'results.json').exists()
