@@ -28,12 +28,9 @@ import time
 import types
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from lra_luna import config_lib
-from lra_luna import models
 from lra_luna import train
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -103,13 +100,8 @@ def build_step(config):
   vocab_size, num_classes = TASK_SIZES[config.task]
   mc = train.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
                                                         num_classes=num_classes))
-  model = models.build_model(mc, config.seed)
-  num_params = models.count_params(model)
-  graphdef, params, constants = nnx.split(model, nnx.Param, ...)
-  params, constants = nnx.to_pure_dict(params), nnx.to_pure_dict(constants)
   tx = train.make_optimizer(config)
-  state = {'params': params, 'constants': constants, 'opt_state': tx.init(params),
-           'step': jnp.zeros((), jnp.int32)}
+  graphdef, state, num_params = train.init_state(mc, config.seed, tx)
   rng = np.random.default_rng(config.seed)
   input_names = ('inputs1', 'inputs2') if mc.get('dual_encoder', False) else ('inputs',)
   # Ids from 1: no padding, so every model works on the full length.

@@ -90,6 +90,16 @@ def train_step(state, batch, dropout_key, *, graphdef, tx):
   return dict(state, params=params, opt_state=opt_state, step=state['step'] + 1), metrics
 
 
+def init_state(mc, seed: int, tx):
+  """(graphdef, state, number of parameters) of a fresh model described by `mc`."""
+  model = models.build_model(mc, seed)
+  graphdef, params, constants = nnx.split(model, nnx.Param, ...)
+  params, constants = nnx.to_pure_dict(params), nnx.to_pure_dict(constants)
+  state = {'params': params, 'constants': constants, 'opt_state': tx.init(params),
+           'step': jnp.zeros((), jnp.int32)}
+  return graphdef, state, models.count_params(model)
+
+
 def eval_step(params, constants, batch, *, graphdef):
   model = nnx.merge(graphdef, params, constants)
   logits = model(batch, deterministic=True)
@@ -215,12 +225,8 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
   tx = make_optimizer(config)
   states = []
   for seed in seeds:
-    model = models.build_model(mc, seed)
-    graphdef, params, constants = nnx.split(model, nnx.Param, ...)
-    params, constants = nnx.to_pure_dict(params), nnx.to_pure_dict(constants)
-    states.append({'params': params, 'constants': constants, 'opt_state': tx.init(params),
-                   'step': jnp.zeros((), jnp.int32)})
-  num_params = models.count_params(model)
+    graphdef, state, num_params = init_state(mc, seed, tx)
+    states.append(state)
   dropout_keys = jnp.stack([jax.random.fold_in(jax.random.key(s), 1) for s in seeds])
 
   # Restore each seed's latest checkpoint: parameters, optimizer, step, data order, best so far.

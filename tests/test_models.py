@@ -3,7 +3,6 @@ invariance, pooling heads and their errors."""
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
