@@ -20,8 +20,10 @@ class DataError(ValueError):
 class TaskData:
   """Token-id arrays of one task, ready for batching.
 
-  splits: 'train' / 'validation' / 'test' -> {'inputs': int32 [N, L], 'targets': int32 [N]}
-    (Retrieval: 'inputs1' and 'inputs2' instead of 'inputs'). Pad id is 0 where a task pads.
+  splits: 'train' / 'validation' / 'test' -> {'inputs': [N, L], 'targets': int32 [N]}
+    (Retrieval: 'inputs1' and 'inputs2' instead of 'inputs'). Inputs use the smallest integer
+    type that holds the vocabulary (uint8 pixels, uint16 bytes + 1, int32 ListOps) to keep Path-X
+    and AAN in memory; the model casts to int32. Pad id is 0 where a task pads.
   """
   splits: dict
   vocab_size: int
