@@ -14,14 +14,13 @@ Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally 
 import ml_collections
 
 from lra_luna import config_lib
-from lra_luna.datasets import base
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
   c = config_lib.base_config()
   c.task = 'pathfinder'
-  # dataset_name is unused: the folder is <data root>/pathfinder<res>/<difficulty folder>.
+  c.dataset_name = ''              # '' = the full set; else a separate set under <root>/<name>/
   c.max_length = 1024              # 32 x 32 pixels, fixed
   c.batch_size = 512               # LRA
   c.eval_batch_size = 512
@@ -62,9 +61,9 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
 
   if quick:
     # 2000 freshly generated images and a tiny model: a 2-core CPU runs it in minutes (above
-    # chance only by luck: Pathfinder needs the full set). The quick set gets its own data root,
-    # read when this config is built, so it never mixes with the full one.
-    c.data_dir = str(base.data_root() / 'pathfinder-quick')
+    # chance only by luck: Pathfinder needs the full set). The quick set gets its own folder
+    # (dataset_name), so it never mixes with the full one.
+    c.dataset_name = 'pathfinder-quick'
     c.pathfinder.num_images = 2000
     c.pathfinder.images_per_batch = 500
     c.batch_size = 32

@@ -16,14 +16,13 @@ Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally 
 import ml_collections
 
 from lra_luna import config_lib
-from lra_luna.datasets import base
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
   c = config_lib.base_config()
   c.task = 'pathx'
-  # dataset_name is unused: the folder is <data root>/pathfinder<res>/<difficulty folder>.
+  c.dataset_name = ''              # '' = the full set; else a separate set under <root>/<name>/
   c.max_length = 16384             # 128 x 128 pixels, fixed
   c.batch_size = 64                # LRA
   c.eval_batch_size = 64
@@ -64,10 +63,10 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   config_lib.set_model(c, model_name)
 
   if quick:
-    # 400 freshly generated 128 px images (in their own data root, read when this config is
-    # built, so they never mix with the full set), full 16384-token inputs, a tiny model: a
+    # 400 freshly generated 128 px images (in their own folder, dataset_name, so they never
+    # mix with the full set), full 16384-token inputs, a tiny model: a
     # smoke test of the pipeline at Path-X length, not a result.
-    c.data_dir = str(base.data_root() / 'pathx-quick')
+    c.dataset_name = 'pathx-quick'
     c.pathfinder.generate_if_missing = True
     c.pathfinder.num_images = 400
     c.pathfinder.images_per_batch = 200

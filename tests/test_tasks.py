@@ -337,7 +337,7 @@ def test_configs_build_for_every_model(task):
   if task in ('pathfinder', 'pathx'):
     assert full.model.head == 'mean' and full.pathfinder.difficulty == 'hard'
     assert full.pathfinder.resolution == (32 if task == 'pathfinder' else 128)
-    assert task_config(task, 'luna16,quick').data_dir != full.data_dir
+    assert task_config(task, 'luna16,quick').dataset_name != full.dataset_name
 
 
 # ----------------------------------------------------------------------------------------------

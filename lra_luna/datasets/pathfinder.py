@@ -212,7 +212,8 @@ def _ensure_data(root: pathlib.Path, settings) -> None:
 def load_pathfinder(config) -> base.TaskData:
   """Pathfinder as TaskData (inputs uint8 pixel ids, see the module docstring), split 80/10/10.
 
-  config: data_dir ('' for the default root) and pathfinder.{resolution, difficulty
+  config: data_dir ('' for the default root), dataset_name ('' for the full set) and
+  pathfinder.{resolution, difficulty
   ('easy' | 'intermediate' | 'hard'), skip_bad_images, generate_if_missing, num_images, seed}
   (num_images and seed are generation settings; config.seed, the training seed, plays no part).
   Arrays are cached in <root>/pathfinder<res>/<difficulty folder>/cache.npz; delete it after
@@ -221,7 +222,9 @@ def load_pathfinder(config) -> base.TaskData:
   settings = config.pathfinder
   resolution, difficulty = int(settings.resolution), settings.difficulty
   generator.check_setting(resolution, difficulty)
-  root = base.data_root(config.data_dir)
+  # An optional dataset_name keeps a separate set (the quick configs' small one) under its own
+  # folder of the data root: <root>/<dataset_name>/pathfinder<res>/<difficulty folder>.
+  root = base.data_root(config.data_dir) / config.get('dataset_name', '')
   folder = generator.dataset_folder(root, resolution, difficulty)
   cache_path = folder / 'cache.npz'
   if not cache_path.exists():
