@@ -23,6 +23,7 @@ from lra_luna.datasets import image
 from lra_luna.datasets import listops
 from lra_luna.datasets import retrieval
 from lra_luna.datasets import text
+from lra_luna.datasets import tfds_source
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TASKS = ('text', 'retrieval', 'image', 'pathfinder', 'pathx')
@@ -64,7 +65,7 @@ def cifar_split(split: str) -> tuple:
 
 def mock_as_dataset(self, split, **unused):
   """FileReaderBuilder._as_dataset stand-in: the examples above, in a fixed file order."""
-  tf, _ = text.import_tensorflow_datasets()
+  tf, _ = tfds_source.import_tensorflow_datasets()
   if self.name == 'imdb_reviews':
     rows = IMDB[split]
     return tf.data.Dataset.from_tensor_slices(
@@ -76,7 +77,7 @@ def mock_as_dataset(self, split, **unused):
 
 @pytest.fixture
 def mock_tfds():
-  _, tfds = text.import_tensorflow_datasets()
+  _, tfds = tfds_source.import_tensorflow_datasets()
   with tfds.testing.mock_data(as_dataset_fn=mock_as_dataset):
     yield
 
@@ -133,7 +134,7 @@ def forbid_download(*unused_args, **unused_kwargs):
 @pytest.mark.parametrize('task, loader, dataset', [
     ('text', text.load_text, 'imdb_reviews'), ('image', image.load_image, 'cifar10')])
 def test_missing_tfds_data_says_how_to_prepare(tmp_path, task, loader, dataset):
-  _, tfds = text.import_tensorflow_datasets()
+  _, tfds = tfds_source.import_tensorflow_datasets()
   config = tfds_config(tmp_path, task)
   with mock.patch.object(tfds.core.DatasetBuilder, 'download_and_prepare', forbid_download):
     with pytest.raises(base.DataError) as error:

@@ -9,7 +9,7 @@ flattened row-major. Pixel values 0..255 are the token ids (vocab 256). There is
 import numpy as np
 
 from lra_luna.datasets import base
-from lra_luna.datasets import text
+from lra_luna.datasets import tfds_source
 
 TFDS_NAME = 'cifar10'
 VOCAB_SIZE = 256
@@ -19,13 +19,13 @@ TRAIN_PERCENT = 90  # train[:90%] / train[90%:], as LRA
 
 
 def _read_cifar10(split: str, data_dir) -> dict:
-  tf, _ = text.import_tensorflow_datasets()
+  tf, _ = tfds_source.import_tensorflow_datasets()
 
   def grayscale(example):
     pixels = tf.reshape(tf.image.rgb_to_grayscale(example['image']), [NUM_PIXELS])
     return {'inputs': pixels, 'targets': tf.cast(example['label'], tf.int32)}
 
-  batches = text.read_tfds_split(TFDS_NAME, split, data_dir, decode=grayscale)
+  batches = tfds_source.read_tfds_split(TFDS_NAME, split, data_dir, decode=grayscale)
   return {name: np.concatenate([batch[name] for batch in batches])
           for name in ('inputs', 'targets')}
 
@@ -37,7 +37,7 @@ def load_image(config) -> base.TaskData:
   config: data_dir, dataset_name (cache folder), tfds_data_dir ('' = <data root>/tfds).
   Arrays are cached in <data root>/<dataset_name>/cache_gray.npz.
   """
-  data_dir = text.tfds_dir(config)
+  data_dir = tfds_source.tfds_dir(config)
   if config.max_length != NUM_PIXELS:
     raise ValueError(f'config.max_length must be {NUM_PIXELS} (32 x 32 pixels) for the image '
                      f'task, got {config.max_length}.')

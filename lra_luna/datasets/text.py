@@ -1,68 +1,19 @@
 """Text (lra.md §1): byte-level IMDb sentiment from a prepared local TFDS `imdb_reviews`.
 
-Token ids are the UTF-8 bytes + 1 (pad 0, vocab 257), cut or padded to config.max_length. Also
-holds the TFDS access shared with image.py: TensorFlow is imported only inside these functions
-(with its GPUs hidden), and TFDS never downloads at run time.
+Token ids are the UTF-8 bytes + 1 (pad 0, vocab 257), cut or padded to config.max_length. The
+TFDS access (and so TensorFlow) lives in tfds_source.py.
 """
 
-import os
-import pathlib
 
 import numpy as np
 
 from lra_luna.datasets import base
+from lra_luna.datasets import tfds_source
 
 TFDS_NAME = 'imdb_reviews/plain_text'
 VOCAB_SIZE = 257  # 256 byte values + 1, pad = 0
 NUM_CLASSES = 2
 VALIDATION_CHOICES = ('test', 'heldout')
-READ_BATCH = 1024  # examples per tf.data batch when reading a split
-
-
-def tfds_dir(config) -> pathlib.Path:
-  """config.tfds_data_dir, or <data root>/tfds when it is ''."""
-  if config.tfds_data_dir:
-    return pathlib.Path(config.tfds_data_dir).expanduser()
-  return base.data_root(config.data_dir) / 'tfds'
-
-
-def prepare_command(dataset: str, data_dir) -> str:
-  """The one-liner that prepares `dataset` in `data_dir` (run it where there is internet)."""
-  return (f'python -c "import tensorflow_datasets as tfds; '
-          f"tfds.builder('{dataset}', data_dir='{data_dir}').download_and_prepare()\"")
-
-
-def import_tensorflow_datasets():
-  """Imports TFDS (and TensorFlow) on first use, with TensorFlow kept off the GPUs (JAX's)."""
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # TF's C++ start-up chatter
-  import tensorflow as tf
-  import tensorflow_datasets as tfds
-  try:
-    tf.config.set_visible_devices([], 'GPU')
-  except RuntimeError:
-    pass  # TF set up its devices earlier in this process; too late to change them now.
-  return tf, tfds
-
-
-def read_tfds_split(name: str, split: str, data_dir, decode=None):
-  """A prepared TFDS split as a list of numpy batches, in file order, never downloading.
-
-  decode: optional (example dict of tensors) -> example dict, applied before batching.
-  Raises DataError with the preparation command when the dataset is not in `data_dir`.
-  """
-  _, tfds = import_tensorflow_datasets()
-  builder = tfds.builder(name, data_dir=str(data_dir))
-  try:
-    dataset = builder.as_dataset(split=split, shuffle_files=False)
-  except AssertionError:  # TFDS's "could not find data in <dir>"
-    dataset_name = name.split('/')[0]
-    raise base.DataError(
-        f'TFDS dataset {name} is not prepared in {data_dir}, and this code never downloads. '
-        f'On a machine with internet run\n  {prepare_command(dataset_name, data_dir)}\nthen copy '
-        f'{data_dir} here (or point --config.tfds_data_dir at the copy).') from None
-  if decode is not None:
-    dataset = dataset.map(decode)
-  return list(tfds.as_numpy(dataset.batch(READ_BATCH)))
 
 
 def byte_ids(data: bytes, max_length: int) -> np.ndarray:
@@ -80,7 +31,7 @@ def encode_bytes(texts, max_length: int) -> np.ndarray:
 
 
 def _read_imdb(split: str, data_dir, max_length: int) -> dict:
-  batches = read_tfds_split(TFDS_NAME, split, data_dir)
+  batches = tfds_source.read_tfds_split(TFDS_NAME, split, data_dir)
   texts = [text for batch in batches for text in batch['text']]
   labels = np.concatenate([batch['label'] for batch in batches]).astype(np.int32)
   return {'inputs': encode_bytes(texts, max_length), 'targets': labels}
@@ -100,7 +51,7 @@ def load_text(config) -> base.TaskData:
   heldout = config.text_validation == 'heldout'
   if heldout and config.text_heldout <= 0:
     raise ValueError(f'config.text_heldout must be positive, got {config.text_heldout}.')
-  data_dir = tfds_dir(config)
+  data_dir = tfds_source.tfds_dir(config)
   validation = f'heldout{config.text_heldout}' if heldout else 'test'
   cache_path = (base.data_root(config.data_dir) / config.dataset_name /
                 f'cache_len{config.max_length}_{validation}.npz')
