@@ -24,11 +24,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from lra_luna import layers
 from lra_luna.attention import merge_heads, projection, projection_init, split_heads
 
 IMPLEMENTATIONS = ('chunked', 'cumsum', 'direct')
 FEATURE_MAPS = ('softplus', 'elu')
-LAYER_NORM_EPS = 1e-5  # luna.md §2
 
 
 # ----------------------------------------------------------------------------- feature maps
@@ -307,8 +307,8 @@ class CausalLunaDecoderLayer(nnx.Module):
     ffn_init = projection_init(init, 'out')
     self.ffn_in = nnx.Linear(dim, ffn_dim, kernel_init=ffn_init, dtype=dtype, rngs=rngs)
     self.ffn_out = nnx.Linear(ffn_dim, dim, kernel_init=ffn_init, dtype=dtype, rngs=rngs)
-    self.attention_norm = nnx.LayerNorm(dim, epsilon=LAYER_NORM_EPS, dtype=dtype, rngs=rngs)
-    self.ffn_norm = nnx.LayerNorm(dim, epsilon=LAYER_NORM_EPS, dtype=dtype, rngs=rngs)
+    self.attention_norm = layers.LayerNorm(dim, dtype=dtype)
+    self.ffn_norm = layers.LayerNorm(dim, dtype=dtype)
     self.dropout = nnx.Dropout(dropout)
 
   def _feed_forward(self, x, *, deterministic, rngs):
@@ -363,7 +363,7 @@ class CausalLunaLM(nnx.Module):
                                  rngs=rngs)
     self.position_embed = nnx.Embed(max_length, dim, embedding_init=embed_init, dtype=dtype,
                                     rngs=rngs)
-    self.embed_norm = nnx.LayerNorm(dim, epsilon=LAYER_NORM_EPS, dtype=dtype, rngs=rngs)
+    self.embed_norm = layers.LayerNorm(dim, dtype=dtype)
     self.dropout = nnx.Dropout(dropout)
     self.layers = nnx.List([
         CausalLunaDecoderLayer(

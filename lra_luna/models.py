@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 
 from lra_luna import attention as attention_lib
+from lra_luna import layers
 
 HEADS = ('cls', 'mean', 'mean_p')
 
@@ -60,7 +61,7 @@ class Embedding(nnx.Module):
       self.positions = nnx.Variable(jnp.asarray(sinusoidal_table(max_length + 1, dim)))
     else:
       raise ValueError(f"Unknown positions {positions!r}; valid choices: 'learned', 'sinusoidal'.")
-    self.layernorm = nnx.LayerNorm(dim, epsilon=1e-5, dtype=dtype, rngs=rngs) if use_layernorm else None
+    self.layernorm = layers.LayerNorm(dim, dtype=dtype) if use_layernorm else None
     self.dropout = nnx.Dropout(dropout)
     self.dtype = dtype
 
@@ -77,21 +78,10 @@ class Embedding(nnx.Module):
     return x * mask[..., None].astype(x.dtype)
 
 
-class FeedForward(nnx.Module):
-  """W2 act(W1 x) with the exact (erf) GELU of LRA."""
-
-  def __init__(self, dim: int, hidden: int, *, init: str, dtype, rngs: nnx.Rngs):
-    kernel_init = attention_lib.projection_init(init, 'out')
-    self.up = nnx.Linear(dim, hidden, kernel_init=kernel_init, dtype=dtype, rngs=rngs)
-    self.down = nnx.Linear(hidden, dim, kernel_init=kernel_init, dtype=dtype, rngs=rngs)
-
-  def __call__(self, x):
-    return self.down(jax.nn.gelu(self.up(x), approximate=False))
-
-
 def layernorm(dim, dtype, rngs):
   """LayerNorm with eps 1e-5 (reference); statistics in float32 whatever the compute dtype."""
-  return nnx.LayerNorm(dim, epsilon=1e-5, dtype=dtype, rngs=rngs)
+  del rngs  # Deterministic initialisation.
+  return layers.LayerNorm(dim, dtype=dtype)
 
 
 def build_self_attention(mc, dtype, rngs: nnx.Rngs):
@@ -116,7 +106,7 @@ class TransformerBlock(nnx.Module):
     self.attention_norm = layernorm(mc.dim, dtype, rngs)
     self.attention = build_self_attention(mc, dtype, rngs)
     self.ffn_norm = layernorm(mc.dim, dtype, rngs)
-    self.ffn = FeedForward(mc.dim, mc.ffn_dim, init=mc.init, dtype=dtype, rngs=rngs)
+    self.ffn = layers.FeedForward(mc.dim, mc.ffn_dim, init=mc.init, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(mc.dropout)
 
   def __call__(self, x, mask, *, deterministic=True, rngs=None):
@@ -159,7 +149,7 @@ class LunaEncoderLayer(nnx.Module):
     self.attention_norm = layernorm(mc.dim, dtype, rngs)
     self.p_norm = layernorm(mc.dim, dtype, rngs)
     self.ffn_norm = layernorm(mc.dim, dtype, rngs)
-    self.ffn = FeedForward(mc.dim, mc.ffn_dim, init=mc.init, dtype=dtype, rngs=rngs)
+    self.ffn = layers.FeedForward(mc.dim, mc.ffn_dim, init=mc.init, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(mc.dropout)
 
   def __call__(self, x, p, x_mask, p_mask, *, deterministic=True, rngs=None):

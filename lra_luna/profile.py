@@ -10,6 +10,10 @@ on GPU the device's `peak_bytes_in_use`. That peak never resets, so on GPU every
 fresh process (`--isolate`, the default there). A point that runs out of memory is recorded as
 OOM and the sweep goes on. One device; the whole batch sits on it.
 
+`--memory_only` compiles every point and reads the estimates without running a step: the
+paper's batch of 32 at 4K then gets its memory column even where the Transformer could never
+run (a CPU).
+
 Writes to --out_dir: profile.json (every point), table2.md and table2.tex (speed and memory
 relative to the vanilla Transformer, the paper's rows beside ours) and scaling.png.
 Any task config works: --config configs/<task>.py[:arg]; the default is configs/text.py.
@@ -138,12 +142,22 @@ def compiled_flops(compiled) -> float | None:
   return float(cost['flops']) if cost and 'flops' in cost else None
 
 
-def measure_point(config, *, warmup: int, repeats: int, fresh_process: bool) -> dict:
-  """Compile time, median step time, memory and FLOPs of config's training step."""
+def measure_point(config, *, warmup: int, repeats: int, fresh_process: bool,
+                  memory_only: bool = False) -> dict:
+  """Compile time, median step time, memory and FLOPs of config's training step.
+
+  memory_only: compile and read XLA's estimates without running a step, so a point far larger
+  than this machine's memory (the Transformer at 4K and batch 32 on a CPU) still gets its figure.
+  """
   step, state, batch, dropout_key, num_params = build_step(config)
   start = time.perf_counter()
   compiled = step.lower(state, batch, dropout_key).compile()
   compile_s = time.perf_counter() - start
+  estimates = {'num_params': num_params, 'compile_s': compile_s,
+               'flops_per_step': compiled_flops(compiled), **compiled_memory(compiled)}
+  if memory_only:
+    return {'status': 'ok', **estimates, 'step_times_s': [], 'step_s': None,
+            'steps_per_s': None, 'device_peak_bytes': None}
   for _ in range(warmup):
     state, _ = compiled(state, batch, dropout_key)
   jax.block_until_ready(state)
@@ -156,10 +170,8 @@ def measure_point(config, *, warmup: int, repeats: int, fresh_process: bool) -> 
   step_s = float(np.median(times))
   # peak_bytes_in_use never resets: it belongs to this point only in a fresh process.
   device_stats = (jax.devices()[0].memory_stats() or {}) if fresh_process else {}
-  return {'status': 'ok', 'num_params': num_params, 'compile_s': compile_s,
-          'step_times_s': times, 'step_s': step_s, 'steps_per_s': 1.0 / step_s,
-          'flops_per_step': compiled_flops(compiled), **compiled_memory(compiled),
-          'device_peak_bytes': device_stats.get('peak_bytes_in_use')}
+  return {'status': 'ok', **estimates, 'step_times_s': times, 'step_s': step_s,
+          'steps_per_s': 1.0 / step_s, 'device_peak_bytes': device_stats.get('peak_bytes_in_use')}
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -181,7 +193,7 @@ def profile_point(args, model_name: str, length: int, *, fresh_process: bool = F
   config = point_config(args.config, model_name, length, args.batch_size, args.dtype)
   try:
     result = measure_point(config, warmup=args.warmup, repeats=args.repeats,
-                           fresh_process=fresh_process)
+                           fresh_process=fresh_process, memory_only=args.memory_only)
   except Exception as error:  # Only out-of-memory is tolerated; see below.
     if not is_out_of_memory(error):
       raise
@@ -196,7 +208,8 @@ def profile_point_isolated(args, model_name: str, length: int) -> dict:
     command = [sys.executable, '-m', 'lra_luna.profile', '--point_output', str(result_path),
                '--models', model_name, '--lengths', str(length), '--config', args.config,
                '--batch_size', str(args.batch_size), '--dtype', args.dtype,
-               '--warmup', str(args.warmup), '--repeats', str(args.repeats)]
+               '--warmup', str(args.warmup), '--repeats', str(args.repeats),
+               '--memory_only' if args.memory_only else '--no-memory_only']
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
     if result_path.exists():
       return json.loads(result_path.read_text())
@@ -225,12 +238,16 @@ def mib(num_bytes) -> str:
   return '-' if num_bytes is None else f'{num_bytes / 2**20:.1f}'
 
 
+def rate(steps_per_s) -> str:
+  return 'not timed' if steps_per_s is None else f'{steps_per_s:.3g}'
+
+
 def describe(point: dict) -> str:
   """One progress line."""
   name = f'{point["model"]} @ {point["length"]}'
   if point['status'] == 'oom':
     return f'{name}: OOM'
-  return (f'{name}: {point["steps_per_s"]:.3g} steps/s (compile {point["compile_s"]:.1f} s), '
+  return (f'{name}: {rate(point["steps_per_s"])} steps/s (compile {point["compile_s"]:.1f} s), '
           f'memory estimate {mib(point["estimated_bytes"])} MiB, device peak '
           f'{mib(point["device_peak_bytes"])} MiB, '
           f'{(point["flops_per_step"] or 0) / 1e9:.1f} GFLOP/step')
@@ -322,7 +339,7 @@ def absolute_note(results: dict) -> str:
   for p in results['points']:
     if p['model'] == BASELINE:
       value = ('OOM' if p['status'] == 'oom' else
-               f'{p["steps_per_s"]:.3g} steps/s, {mib(p[memory])} MiB')
+               f'{rate(p["steps_per_s"])} steps/s, {mib(p[memory])} MiB')
       parts.append(f'{length_label(p["length"])}: {value}')
   return (f'Transformer ({BASELINE}) absolute: ' + '; '.join(parts)) if parts else (
       f'No {BASELINE} points in this sweep: relative cells are empty.')
@@ -332,7 +349,9 @@ def setting_line(results: dict) -> str:
   return (f'Task {results["task"]}, batch {results["batch_size"]}, {results["dtype"]}, '
           f'{results["device"]["device_kind"]} ({results["device"]["platform"]}), '
           f'jax {results["device"]["jax_version"]}; memory = '
-          f'{MEMORY_LABELS[memory_key(results["points"])]}.')
+          f'{MEMORY_LABELS[memory_key(results["points"])]}.'
+          + (' Compiled only (--memory_only): no step ran, speed not timed.'
+             if results.get('memory_only') else ''))
 
 
 def markdown_table(results: dict) -> str:
@@ -358,7 +377,7 @@ def markdown_table(results: dict) -> str:
     if p['status'] == 'oom':
       lines.append(f'| {p["model"]} | {p["length"]} | OOM | | | | | |')
       continue
-    lines.append(f'| {p["model"]} | {p["length"]} | {p["steps_per_s"]:.3g} | '
+    lines.append(f'| {p["model"]} | {p["length"]} | {rate(p["steps_per_s"])} | '
                  f'{p["compile_s"]:.1f} | {(p["flops_per_step"] or 0) / 1e9:.1f} | '
                  f'{mib(p["estimated_bytes"])} | {mib(p["device_peak_bytes"])} | '
                  f'{p["num_params"]} |')
@@ -452,6 +471,8 @@ def parse_args(argv):
   parser.add_argument('--out_dir', default='runs/profile')
   parser.add_argument('--repeats', type=int, default=10, help='timed steps (median reported)')
   parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compiling')
+  parser.add_argument('--memory_only', action=argparse.BooleanOptionalAction, default=False,
+                      help='compile and report memory and FLOPs without timing any step')
   parser.add_argument('--isolate', action=argparse.BooleanOptionalAction, default=None,
                       help='each point in a fresh process (default: on GPU only)')
   parser.add_argument('--point_output', default=None, help=argparse.SUPPRESS)  # worker mode
@@ -480,6 +501,7 @@ def main(argv=None) -> dict | None:
   results = {'device': device, 'task': config.task, 'config': args.config,
              'batch_size': args.batch_size, 'dtype': args.dtype, 'models': args.models,
              'lengths': args.lengths, 'repeats': args.repeats, 'warmup': args.warmup,
+             'memory_only': args.memory_only,
              'isolated': isolate, 'points': []}
   out_dir = pathlib.Path(args.out_dir)
   print(setting_line(results), flush=True)

@@ -80,6 +80,26 @@ def test_profiler_runs_end_to_end_and_writes_every_output(sweep):
   assert '| Transformer | 1.00 | 1.00 | 1.00 | 1.00 |' in table
 
 
+def test_memory_only_compiles_without_running_and_gives_the_same_estimates(sweep, tiny_config,
+                                                                           tmp_path):
+  timed, _ = sweep
+  results = profile.main(['--models', 'transformer,luna16', '--lengths', '64,128',
+                          '--batch_size', '2', '--config', tiny_config, '--out_dir',
+                          str(tmp_path), '--no-isolate', '--memory_only'])
+  estimates = {(p['model'], p['length']): p['estimated_bytes'] for p in timed['points']
+               if p['status'] == 'ok'}
+  for point in results['points']:
+    assert point['status'] == 'ok' and point['steps_per_s'] is None and not point['step_times_s']
+    key = (point['model'], point['length'])
+    if key in estimates:  # Same compiled step, so the same estimate as the timed sweep's.
+      assert point['estimated_bytes'] == estimates[key]
+  table = (tmp_path / 'table2.md').read_text()
+  assert 'speed not timed' in table
+  # Speed cells are empty; memory cells are filled (the Transformer's divide to 1.00).
+  assert '| Transformer | - | - | 1.00 | 1.00 |' in table
+  assert (tmp_path / 'scaling.png').stat().st_size > 0
+
+
 def test_out_of_memory_point_is_recorded_and_the_sweep_goes_on(sweep):
   results, out_dir = sweep
   status = {(p['model'], p['length']): p['status'] for p in results['points']}
