@@ -338,8 +338,8 @@ def absolute_note(results: dict) -> str:
   parts = []
   for p in results['points']:
     if p['model'] == BASELINE:
-      value = ('OOM' if p['status'] == 'oom' else
-               f'{rate(p["steps_per_s"])} steps/s, {mib(p[memory])} MiB')
+      speed = '' if p.get('steps_per_s') is None else f'{rate(p["steps_per_s"])} steps/s, '
+      value = 'OOM' if p['status'] == 'oom' else f'{speed}{mib(p[memory])} MiB'
       parts.append(f'{length_label(p["length"])}: {value}')
   return (f'Transformer ({BASELINE}) absolute: ' + '; '.join(parts)) if parts else (
       f'No {BASELINE} points in this sweep: relative cells are empty.')
@@ -430,7 +430,10 @@ def plot_scaling(results: dict, path: pathlib.Path) -> None:
     ax.set_xticks([], minor=True)
     ax.set_xlabel('sequence length')
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7)
+    if ax.lines:
+      ax.legend(fontsize=7)
+    else:  # --memory_only: nothing was timed.
+      ax.text(0.5, 0.5, 'not measured', ha='center', va='center', transform=ax.transAxes)
     ax.grid(True, which='both', alpha=0.3)
   fig.suptitle(setting_line(results), fontsize=8)
   fig.tight_layout()
