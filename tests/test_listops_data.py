@@ -178,7 +178,7 @@ def make_config(data_dir, max_length=64):
   return config
 
 
-def test_load_generates_then_uses_cache(tmp_path):
+def test_load_generates_then_uses_cache(tmp_path, monkeypatch):
   config = make_config(tmp_path)
   data = listops.load_listops(config)
   folder = tmp_path / 'listops-quick'
@@ -192,13 +192,27 @@ def test_load_generates_then_uses_cache(tmp_path):
   np.testing.assert_array_equal(
       data.splits['test']['targets'], [int(label) for _, label in read_rows(folder / FILES[2])])
 
-  # The second call reads the cache: the TSVs are no longer needed.
-  for name in FILES:
-    write(folder / name, 'Source\tTarget\nbroken\n')
-  cached = listops.load_listops(config)
+  # The second call reads the cache and not the TSVs.
+  def no_reading(*args):
+    raise AssertionError('the TSVs were read again')
+
+  with monkeypatch.context() as patch:
+    patch.setattr(listops, 'read_listops_tsv', no_reading)
+    cached = listops.load_listops(config)
   for split in data.splits:
     for name in ('inputs', 'targets'):
       np.testing.assert_array_equal(cached.splits[split][name], data.splits[split][name])
+
+  # A replaced source file rebuilds the cache: stale arrays are never served.
+  test_rows = read_rows(folder / FILES[2])[:3]
+  write(folder / FILES[2], 'Source\tTarget\n' + ''.join(f'{x}\t{y}\n' for x, y in test_rows))
+  rebuilt = listops.load_listops(config)
+  np.testing.assert_array_equal(rebuilt.splits['test']['targets'], [int(y) for _, y in test_rows])
+  np.testing.assert_array_equal(rebuilt.splits['train']['inputs'], data.splits['train']['inputs'])
+  # And a broken replacement is reported, not hidden behind the old cache.
+  write(folder / FILES[0], 'Source\tTarget\nbroken\n')
+  with pytest.raises(base.DataError, match=FILES[0]):
+    listops.load_listops(config)
 
   # The training seed does not change the data.
   other = make_config(tmp_path / 'other')

@@ -253,10 +253,14 @@ def test_loader_splits_80_10_10_in_file_order_and_caches(tmp_path):
     np.testing.assert_array_equal(data.splits[split]['inputs'], pixels[a:b])
     np.testing.assert_array_equal(data.splits[split]['targets'], labels[a:b])
   assert (tmp_path / FOLDER / 'cache.npz').exists()
-  for png in (tmp_path / FOLDER / 'imgs').rglob('*.png'):
-    png.unlink()  # the second load must come from the cache alone
-  again = pathfinder.load_pathfinder(make_config(tmp_path))
+  with pytest.MonkeyPatch.context() as patch:  # The second load comes from the cache alone.
+    patch.setattr(pathfinder, 'read_pathfinder', lambda *args, **kwargs: pytest.fail('read'))
+    again = pathfinder.load_pathfinder(make_config(tmp_path))
   np.testing.assert_array_equal(again.splits['test']['inputs'], pixels[18:])
+  # A removed image changes the folder, so the cache is rebuilt and the loss reported.
+  next((tmp_path / FOLDER / 'imgs').rglob('*.png')).unlink()
+  with pytest.raises(base.DataError, match='image is missing'):
+    pathfinder.load_pathfinder(make_config(tmp_path))
 
 
 def test_split_sizes_of_a_round_number():

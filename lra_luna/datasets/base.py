@@ -1,6 +1,7 @@
 """What every task reader returns, the one error type for bad data, and the on-disk array cache."""
 
 import dataclasses
+import json
 import os
 import pathlib
 import tempfile
@@ -49,15 +50,46 @@ def save_arrays_atomically(path: pathlib.Path, arrays: dict) -> None:
   os.replace(f.name, path)
 
 
-def cached_split_arrays(cache_path: pathlib.Path, build) -> dict:
-  """Returns {split: {name: array}} from `cache_path`, building and saving it with `build()` once."""
+SOURCES_KEY = '__sources__'  # The cache entry that holds the fingerprint of its source files.
+
+
+def source_fingerprint(sources, exclude: pathlib.Path | None = None) -> str:
+  """(path, size, mtime) of every file in `sources` (files, or folders walked recursively) but
+  `exclude`, as JSON: it changes when a source file is replaced, edited, added or removed."""
+  entries = []
+  for source in sources:
+    source = pathlib.Path(source)
+    files = sorted(p for p in source.rglob('*') if p.is_file()) if source.is_dir() else [source]
+    for path in files:
+      if path.exists() and path != exclude:
+        stat = path.stat()
+        entries.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+  return json.dumps(entries)
+
+
+def cached_split_arrays(cache_path: pathlib.Path, build, sources=()) -> dict:
+  """Returns {split: {name: array}} from `cache_path`, building and saving it with `build()` once.
+
+  The cache remembers the fingerprint of `sources` (the files `build` reads): when they changed
+  since, the cache is rebuilt rather than silently serving the old arrays.
+  """
+  fingerprint = source_fingerprint(sources, exclude=cache_path)
   if cache_path.exists():
     with np.load(cache_path) as flat:
-      splits: dict = {}
-      for key in flat.files:
-        split, name = key.split('/', 1)
-        splits.setdefault(split, {})[name] = flat[key]
-      return splits
+      if SOURCES_KEY in flat.files and str(flat[SOURCES_KEY]) == fingerprint:
+        splits: dict = {}
+        for key in flat.files:
+          if key != SOURCES_KEY:
+            split, name = key.split('/', 1)
+            splits.setdefault(split, {})[name] = flat[key]
+        return splits
+    print(f'{cache_path} was built from other source files (they changed since, or it predates '
+          'source fingerprints); rebuilding it.', flush=True)
+  splits = build()
+  save_arrays_atomically(
+      cache_path, {SOURCES_KEY: np.array(fingerprint),
+                   **{f'{s}/{n}': a for s, arrays in splits.items() for n, a in arrays.items()}})
+  return splits
   splits = build()
   save_arrays_atomically(
       cache_path, {f'{s}/{n}': a for s, arrays in splits.items() for n, a in arrays.items()})

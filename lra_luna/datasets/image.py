@@ -51,6 +51,6 @@ def load_image(config) -> base.TaskData:
             'test': _read_cifar10('test', data_dir)}
 
   cache_path = base.data_root(config.data_dir) / config.dataset_name / 'cache_gray.npz'
-  splits = base.cached_split_arrays(cache_path, build)
+  splits = base.cached_split_arrays(cache_path, build, sources=[data_dir / TFDS_NAME])
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
                        max_length=NUM_PIXELS)

@@ -269,6 +269,7 @@ def load_listops(config) -> base.TaskData:
       splits[split] = {'inputs': inputs, 'targets': targets}
     return splits
 
-  splits = base.cached_split_arrays(folder / f'cache_len{config.max_length}.npz', build)
+  splits = base.cached_split_arrays(folder / f'cache_len{config.max_length}.npz', build,
+                                     sources=paths.values())
   return base.TaskData(splits=splits, vocab_size=len(VOCAB), num_classes=NUM_CLASSES,
                        max_length=config.max_length)

@@ -216,8 +216,8 @@ def load_pathfinder(config) -> base.TaskData:
   pathfinder.{resolution, difficulty
   ('easy' | 'intermediate' | 'hard'), skip_bad_images, generate_if_missing, num_images, seed}
   (num_images and seed are generation settings; config.seed, the training seed, plays no part).
-  Arrays are cached in <root>/pathfinder<res>/<difficulty folder>/cache.npz; delete it after
-  changing the images.
+  Arrays are cached in <root>/pathfinder<res>/<difficulty folder>/cache.npz, rebuilt when any
+  file of that folder changes.
   """
   settings = config.pathfinder
   resolution, difficulty = int(settings.resolution), settings.difficulty
@@ -236,6 +236,6 @@ def load_pathfinder(config) -> base.TaskData:
         skip_bad_images=bool(settings.get('skip_bad_images', False)), progress=True)
     return split_in_file_order(inputs, targets)
 
-  splits = base.cached_split_arrays(cache_path, build)
+  splits = base.cached_split_arrays(cache_path, build, sources=[folder])
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
                        max_length=resolution * resolution)

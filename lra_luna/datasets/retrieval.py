@@ -97,6 +97,8 @@ def load_retrieval(config) -> base.TaskData:
     return {split: read_aan_tsv(folder / name, config.max_length)
             for split, name in SPLIT_FILES.items()}
 
-  splits = base.cached_split_arrays(folder / f'cache_len{config.max_length}.npz', build)
+  splits = base.cached_split_arrays(
+      folder / f'cache_len{config.max_length}.npz', build,
+      sources=[folder / name for name in SPLIT_FILES.values()])
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
                        max_length=config.max_length)

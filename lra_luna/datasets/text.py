@@ -69,7 +69,7 @@ def load_text(config) -> base.TaskData:
             'validation': {k: a[num_train:] for k, a in train.items()},
             'test': test}
 
-  splits = base.cached_split_arrays(cache_path, build)
+  splits = base.cached_split_arrays(cache_path, build, sources=[data_dir / TFDS_NAME])
   if not heldout:
     splits['validation'] = splits['test']  # one copy, cached and in memory
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
