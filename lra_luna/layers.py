@@ -1,18 +1,18 @@
 """LayerNorm and the feed-forward block, with backward passes that keep few activations.
 
-Every model (Luna, the Transformer, the baselines, causal Luna) builds its LayerNorms and FFNs
-from here, so whatever memory these save is saved for all of them alike. Values and gradients are
-those of the textbook formulas (tests compare them with plain autodiff); only what is kept
-between the forward and the backward pass differs:
+Every LRA model (Luna, the Transformer, the baselines) builds its LayerNorms and FFNs from
+here, and causal Luna its LayerNorms, so whatever memory these save is saved for all of them
+alike. Values and gradients are those of the textbook formulas (tests compare them with plain
+autodiff); only what is kept between the forward and the backward pass differs:
 
-- LayerNorm keeps its input and two per-row statistics, where plain autodiff of
+- LayerNorm keeps its normalised input and one per-row statistic, where plain autodiff of
   (x - mean) * rsqrt(var + eps) * scale + bias keeps about three [..., D] tensors.
 - The FFN's GELU keeps its input and output, where plain autodiff of the erf GELU also keeps its
   derivative terms: two more [..., ffn_dim] tensors, the largest activations of a layer.
 
-The backward passes recompute the rest elementwise, written differently from the forward pass on
-purpose: XLA would otherwise merge the two (common subexpression elimination) and keep the forward
-pass's intermediates alive until the backward pass after all.
+The backward passes compute the rest elementwise. GELU's derivative is written with erf where the
+forward pass uses erfc, on purpose: XLA would otherwise merge the two (common subexpression
+elimination) and keep the forward pass's intermediates alive until the backward pass after all.
 """
 
 import functools
@@ -92,7 +92,7 @@ def layer_norm_statistics(x, epsilon):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def layer_norm(x, scale, bias, epsilon):
   """(x - mean) / sqrt(var + eps) * scale + bias over the last axis; statistics in float32, the
-  result in x's dtype. The backward pass keeps x and the two statistics."""
+  result in x's dtype. The backward pass keeps the normalised x and 1 / sqrt(var + eps)."""
   return _layer_norm_forward(x, scale, bias, epsilon)[0]
 
 
@@ -123,9 +123,7 @@ class LayerNorm(nnx.Module):
   """LayerNorm over the last axis with a learned scale (init 1) and bias (init 0), float32
   parameters and statistics whatever the compute dtype; output in the input's dtype."""
 
-  def __init__(self, dim: int, *, epsilon: float = LAYER_NORM_EPS, dtype=jnp.float32,
-               rngs: nnx.Rngs | None = None):
-    del rngs  # Deterministic initialisation; accepted for the same signature as nnx.LayerNorm.
+  def __init__(self, dim: int, *, epsilon: float = LAYER_NORM_EPS, dtype=jnp.float32):
     self.scale = nnx.Param(jnp.ones((dim,), jnp.float32))
     self.bias = nnx.Param(jnp.zeros((dim,), jnp.float32))
     self.epsilon = epsilon

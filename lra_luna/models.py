@@ -78,12 +78,6 @@ class Embedding(nnx.Module):
     return x * mask[..., None].astype(x.dtype)
 
 
-def layernorm(dim, dtype, rngs):
-  """LayerNorm with eps 1e-5 (reference); statistics in float32 whatever the compute dtype."""
-  del rngs  # Deterministic initialisation.
-  return layers.LayerNorm(dim, dtype=dtype)
-
-
 def build_self_attention(mc, dtype, rngs: nnx.Rngs):
   """The self-attention module of a Transformer-style block, chosen by `mc.attention`."""
   common = dict(attention_dropout=mc.attention_dropout, init=mc.init, dtype=dtype, rngs=rngs)
@@ -103,9 +97,9 @@ class TransformerBlock(nnx.Module):
   """Pre-LN block of LRA: x + Drop(Attn(LN(x))), then x + Drop(FFN(LN(x)))."""
 
   def __init__(self, mc, dtype, rngs: nnx.Rngs):
-    self.attention_norm = layernorm(mc.dim, dtype, rngs)
+    self.attention_norm = layers.LayerNorm(mc.dim, dtype=dtype)
     self.attention = build_self_attention(mc, dtype, rngs)
-    self.ffn_norm = layernorm(mc.dim, dtype, rngs)
+    self.ffn_norm = layers.LayerNorm(mc.dim, dtype=dtype)
     self.ffn = layers.FeedForward(mc.dim, mc.ffn_dim, init=mc.init, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(mc.dropout)
 
@@ -124,7 +118,7 @@ class TransformerEncoder(nnx.Module):
                                use_layernorm=mc.embedding_layernorm, dropout=mc.dropout,
                                init=mc.init, dtype=dtype, rngs=rngs)
     self.blocks = nnx.List([TransformerBlock(mc, dtype, rngs) for _ in range(mc.num_layers)])
-    self.final_norm = layernorm(mc.dim, dtype, rngs)
+    self.final_norm = layers.LayerNorm(mc.dim, dtype=dtype)
 
   def __call__(self, ids, mask, *, deterministic=True, rngs=None):
     x = self.embedding(ids, mask, deterministic=deterministic, rngs=rngs)
@@ -146,9 +140,9 @@ class LunaEncoderLayer(nnx.Module):
     self.attention = attention_lib.LunaAttention(
         mc.dim, mc.num_heads, mc.num_pack_heads, attention_dropout=mc.attention_dropout,
         tie_kv=mc.tie_kv, init=mc.init, dtype=dtype, rngs=rngs)
-    self.attention_norm = layernorm(mc.dim, dtype, rngs)
-    self.p_norm = layernorm(mc.dim, dtype, rngs)
-    self.ffn_norm = layernorm(mc.dim, dtype, rngs)
+    self.attention_norm = layers.LayerNorm(mc.dim, dtype=dtype)
+    self.p_norm = layers.LayerNorm(mc.dim, dtype=dtype)
+    self.ffn_norm = layers.LayerNorm(mc.dim, dtype=dtype)
     self.ffn = layers.FeedForward(mc.dim, mc.ffn_dim, init=mc.init, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(mc.dropout)
 
@@ -182,7 +176,7 @@ class PackedSequence(nnx.Module):
       self.table = nnx.Variable(jnp.asarray(sinusoidal_table(length, dim)))
     else:
       raise ValueError(f"Unknown p_init {p_init!r}; valid choices: 'learned', 'sinusoidal'.")
-    self.norm = layernorm(dim, dtype, rngs)
+    self.norm = layers.LayerNorm(dim, dtype=dtype)
     self.dropout = nnx.Dropout(dropout)
 
   def __call__(self, batch_size, p_mask, *, deterministic=True, rngs=None):
@@ -218,8 +212,8 @@ class LunaEncoder(nnx.Module):
                        dtype=dtype, rngs=rngs) for _ in range(num_p)])
     self.layers = nnx.List([LunaEncoderLayer(mc, dtype, rngs) for _ in range(mc.num_layers)])
     if mc.normalize_before:
-      self.final_norm = layernorm(mc.dim, dtype, rngs)
-      self.final_p_norm = layernorm(mc.dim, dtype, rngs)
+      self.final_norm = layers.LayerNorm(mc.dim, dtype=dtype)
+      self.final_p_norm = layers.LayerNorm(mc.dim, dtype=dtype)
 
   def __call__(self, ids, mask, *, deterministic=True, rngs=None):
     x = self.embedding(ids, mask, deterministic=deterministic, rngs=rngs)

@@ -90,7 +90,3 @@ def cached_split_arrays(cache_path: pathlib.Path, build, sources=()) -> dict:
       cache_path, {SOURCES_KEY: np.array(fingerprint),
                    **{f'{s}/{n}': a for s, arrays in splits.items() for n, a in arrays.items()}})
   return splits
-  splits = build()
-  save_arrays_atomically(
-      cache_path, {f'{s}/{n}': a for s, arrays in splits.items() for n, a in arrays.items()})
-  return splits
