@@ -12,6 +12,14 @@ import pathlib
 import orbax.checkpoint as ocp
 
 
+def saved_step(workdir, which: str) -> int | None:
+  """The step of workdir's 'latest' or 'best' checkpoint, None if it has none. Reads the folder
+  names only: nothing is opened or created."""
+  folder = pathlib.Path(workdir) / 'checkpoints' / which
+  steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+  return max(steps, default=None)
+
+
 def _manager(directory: pathlib.Path, item_names):
   options = ocp.CheckpointManagerOptions(max_to_keep=1, create=True,
                                          enable_async_checkpointing=False)
@@ -53,10 +61,16 @@ class Checkpoints:
     self.best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
 
   def restore_best(self, state):
-    step = self.best.latest_step()
+    return self.restore_state('best', state)[1]
+
+  def restore_state(self, which: str, state) -> tuple[int, dict]:
+    """(step, train state) of the 'latest' or the 'best' checkpoint; `state` gives the structure.
+    Raises FileNotFoundError when there is none."""
+    manager = {'latest': self.latest, 'best': self.best}[which]
+    step = manager.latest_step()
     if step is None:
-      raise FileNotFoundError(f'No best checkpoint under {self.best.directory}.')
-    return self.best.restore(step, args=ocp.args.Composite(
+      raise FileNotFoundError(f'No {which} checkpoint under {manager.directory}.')
+    return step, manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(state)))['state']
 
   def close(self) -> None:

@@ -6,6 +6,8 @@ A task config calls `base_config()`, sets its task fields, then `set_model(confi
 
 import ml_collections
 
+from lra_luna import plugins
+
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx')
 # Model name -> (attention, pack length l or None).
 MODELS = {
@@ -43,7 +45,7 @@ def base_config() -> ml_collections.ConfigDict:
   """Every field a run reads, with its default. Task configs override what differs."""
   c = ml_collections.ConfigDict()
   c.task = ''                       # one of TASKS
-  c.model_name = ''                 # one of MODELS (set by set_model)
+  c.model_name = ''                 # one of MODELS (set by set_model); 'transformer' hosts a plug-in
   c.seed = 0                        # training seed: parameters, dropout and data order
   c.data_dir = ''                   # data root; '' = $LRA_DATA_DIR, else <repo>/data/store
   c.dataset_name = ''               # folder of this task's files under the data root
@@ -66,9 +68,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.progress_bar = True             # tqdm bar (off automatically when $CI is set)
 
   m = c.model = ml_collections.ConfigDict()
-  m.attention = 'softmax'           # 'softmax' | 'luna' | a baseline (set by set_model)
+  m.attention = 'softmax'           # a MODELS attention (set by set_model) or a plug-in 'x.py:Class'
   m.attention_implementation = 'vanilla'  # softmax only: 'vanilla' (n x n matrix) | 'fused'
-  m.attention_options = ml_collections.ConfigDict()  # baseline-specific options (see baselines.py)
+  m.attention_options = ml_collections.ConfigDict()  # constructor options of a baseline or plug-in
   m.dim = 512                       # model width D
   m.num_heads = 8                   # heads H (Luna: unpack heads)
   m.num_pack_heads = 0              # Luna pack heads Hp; 0 = same as num_heads (reference LRA)
@@ -117,6 +119,13 @@ def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.Co
   return config
 
 
+def model_label(config: ml_collections.ConfigDict) -> str:
+  """What results, sweep folders, reports and profiles call config's model: its preset name, or
+  the class name of a plug-in attention (plugins.py)."""
+  attention = config.model.attention
+  return plugins.label(attention) if plugins.is_plugin(attention) else config.model_name
+
+
 def _check_choice(field: str, value, choices) -> None:
   if value not in choices:
     raise ValueError(f'config.{field} = {value!r} is not valid; valid choices: {list(choices)}.')
@@ -132,6 +141,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _check_choice('model.init', config.model.init, ('reference', 'bert'))
   _check_choice('model.p_init', config.model.p_init, ('learned', 'sinusoidal'))
   _check_choice('model.dtype', config.model.dtype, ('float32', 'bfloat16', 'float16'))
+  if plugins.is_plugin(config.model.attention):
+    if config.model_name != 'transformer':
+      raise ValueError(f'config.model.attention = {config.model.attention!r} is a plug-in; it '
+                       'replaces the softmax attention of the Transformer block, so start from '
+                       f"the 'transformer' preset (configs/<task>.py:transformer), not "
+                       f'{config.model_name!r}.')
+    plugins.load_class(config.model.attention)  # Import errors now, before any data is read.
   if config.model.head == 'mean_p' and config.model.attention != 'luna':
     raise ValueError(f"config.model.head = 'mean_p' needs a Luna model, but model_name is "
                      f"{config.model_name!r}; use 'cls' or 'mean', or a luna model.")

@@ -16,6 +16,7 @@ from flax import nnx
 
 from lra_luna import attention as attention_lib
 from lra_luna import layers
+from lra_luna import plugins
 
 HEADS = ('cls', 'mean', 'mean_p')
 
@@ -79,16 +80,21 @@ class Embedding(nnx.Module):
 
 
 def build_self_attention(mc, dtype, rngs: nnx.Rngs):
-  """The self-attention module of a Transformer-style block, chosen by `mc.attention`."""
+  """The self-attention module of a Transformer-style block, chosen by `mc.attention`: softmax,
+  a baseline, or a plug-in ('file.py:Class', plugins.py)."""
   common = dict(attention_dropout=mc.attention_dropout, init=mc.init, dtype=dtype, rngs=rngs)
   if mc.attention == 'softmax':
     return attention_lib.SoftmaxAttention(mc.dim, mc.num_heads,
                                           implementation=mc.attention_implementation, **common)
+  options = dict(mc.get('attention_options', {}) or {})
+  if plugins.is_plugin(mc.attention):
+    return plugins.build(mc.attention, mc.dim, mc.num_heads, max_length=mc.max_length + 1,
+                         options=options, **common)
   from lra_luna import baselines  # Imported here so the core models do not depend on it.
   if mc.attention not in baselines.BASELINE_ATTENTIONS:
     raise ValueError(f'Unknown attention {mc.attention!r}; valid choices: '
-                     f"{sorted(['softmax', 'luna', *baselines.BASELINE_ATTENTIONS])}.")
-  options = dict(mc.get('attention_options', {}) or {})
+                     f"{sorted(['softmax', 'luna', *baselines.BASELINE_ATTENTIONS])} or a plug-in "
+                     "'path/to/file.py:Class'.")
   return baselines.BASELINE_ATTENTIONS[mc.attention](
       mc.dim, mc.num_heads, max_length=mc.max_length + 1, **common, **options)
 

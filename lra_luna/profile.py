@@ -17,6 +17,8 @@ run (a CPU).
 Writes to --out_dir: profile.json (every point), table2.md and table2.tex (speed and memory
 relative to the vanilla Transformer, the paper's rows beside ours) and scaling.png.
 Any task config works: --config configs/<task>.py[:arg]; the default is configs/text.py.
+Your own attention joins with `--models transformer,path/to/file.py:Class` (lra_luna/plugins.py;
+its constructor defaults, labelled by its class name).
 """
 
 import argparse
@@ -35,16 +37,14 @@ import jax
 import numpy as np
 
 from lra_luna import config_lib
+from lra_luna import datasets
+from lra_luna import plugins
 from lra_luna import train
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEXT_CONFIG = REPO_ROOT / 'configs' / 'text.py'
 BASELINE = 'transformer'
 CORE_MODELS = ('transformer', 'transformer_fused', 'luna16', 'luna128', 'luna256')
-# (vocab_size, num_classes) per task (lra.md §1): training reads them from the data; profiling
-# needs no data, and only the embedding and the last layer depend on them.
-TASK_SIZES = {'listops': (16, 10), 'text': (257, 2), 'retrieval': (257, 2), 'image': (256, 10),
-              'pathfinder': (256, 2), 'pathx': (256, 2)}
 PAPER_LENGTHS = (1024, 2048, 3072, 4096)
 # Luna paper Table 2 (byte-level Text, relative to the Transformer): (steps/s, peak memory),
 # as printed in the paper.
@@ -77,12 +77,17 @@ def default_models() -> list[str]:
 
 
 def load_config(spec: str, model_name: str):
-  """`path/to/<task>.py[:arg]` -> its get_config('<model>[,arg]')."""
+  """`path/to/<task>.py[:arg]` -> its get_config('<model>[,arg]'); a plug-in attention
+  ('file.py:Class', plugins.py) goes into the config of the `transformer` preset."""
   path, _, arg = spec.partition(':')
   module_spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
-  return module.get_config(f'{model_name},{arg}' if arg else model_name)
+  preset = 'transformer' if plugins.is_plugin(model_name) else model_name
+  config = module.get_config(f'{preset},{arg}' if arg else preset)
+  if plugins.is_plugin(model_name):
+    config.model.attention = model_name
+  return config
 
 
 def point_config(spec: str, model_name: str, length: int, batch_size: int, dtype: str):
@@ -101,7 +106,9 @@ def point_config(spec: str, model_name: str, length: int, batch_size: int, dtype
 def build_step(config):
   """The jitted real training step (state donated), its state, a random batch, a dropout key and
   the parameter count; state and batch already on the device."""
-  vocab_size, num_classes = TASK_SIZES[config.task]
+  # Training reads these from the data; profiling needs no data (only the embedding and the
+  # last layer depend on them).
+  vocab_size, num_classes = datasets.task_sizes(config.task)
   mc = train.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
                                                         num_classes=num_classes))
   tx = train.make_optimizer(config)
@@ -197,8 +204,8 @@ def profile_point(args, model_name: str, length: int, *, fresh_process: bool = F
   except Exception as error:  # Only out-of-memory is tolerated; see below.
     if not is_out_of_memory(error):
       raise
-    return oom_point(model_name, length, f'{type(error).__name__}: {error}')
-  return {'model': model_name, 'length': length, **result}
+    return oom_point(plugins.label(model_name), length, f'{type(error).__name__}: {error}')
+  return {'model': plugins.label(model_name), 'length': length, **result}
 
 
 def profile_point_isolated(args, model_name: str, length: int) -> dict:
@@ -210,12 +217,17 @@ def profile_point_isolated(args, model_name: str, length: int) -> dict:
                '--batch_size', str(args.batch_size), '--dtype', args.dtype,
                '--warmup', str(args.warmup), '--repeats', str(args.repeats),
                '--memory_only' if args.memory_only else '--no-memory_only']
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
+    # The worker runs from the repository root; a plug-in module 'package.module:Class' may live
+    # in this process's current directory.
+    python_path = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get('PYTHONPATH')]))
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
+                          env={**os.environ, 'PYTHONPATH': python_path})
     if result_path.exists():
       return json.loads(result_path.read_text())
   if done.returncode < 0 or mentions_out_of_memory(done.stderr):
     # A negative code is a signal, typically SIGKILL from the host's OOM killer.
-    return oom_point(model_name, length, f'worker exited with {done.returncode}: {done.stderr}')
+    return oom_point(plugins.label(model_name), length,
+                     f'worker exited with {done.returncode}: {done.stderr}')
   raise RuntimeError(f'Profiling {model_name} at length {length} failed (exit '
                      f'{done.returncode}):\n{done.stderr[-4000:]}')
 
@@ -464,7 +476,8 @@ def parse_args(argv):
   parser = argparse.ArgumentParser(prog='python -m lra_luna.profile', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--models', type=comma_list(str), default=None,
-                      help='comma-separated models (default: Transformers, Luna, baselines)')
+                      help='comma-separated models (default: Transformers, Luna, baselines) and '
+                      "attention plug-ins 'path/to/file.py:Class' (lra_luna/plugins.py)")
   parser.add_argument('--lengths', type=comma_list(int), default=[1024, 2048, 3072, 4096],
                       help='comma-separated sequence lengths')
   parser.add_argument('--batch_size', type=int, default=32)
@@ -481,9 +494,18 @@ def parse_args(argv):
   parser.add_argument('--point_output', default=None, help=argparse.SUPPRESS)  # worker mode
   args = parser.parse_args(argv)
   args.models = args.models or default_models()
-  unknown = sorted(set(args.models) - set(config_lib.MODELS))
+  unknown = sorted(name for name in args.models
+                   if name not in config_lib.MODELS and not plugins.is_plugin(name))
   if unknown:
-    parser.error(f'unknown models {unknown}; valid choices: {sorted(config_lib.MODELS)}')
+    parser.error(f'unknown models {unknown}; valid choices: {sorted(config_lib.MODELS)} or a '
+                 "plug-in 'path/to/file.py:Class'")
+  try:
+    # Absolute, so that worker processes (run from the repository root) find them.
+    args.models = [plugins.resolved(name) for name in args.models]
+    for name in filter(plugins.is_plugin, args.models):
+      plugins.load_class(name)
+  except (ValueError, FileNotFoundError) as e:
+    parser.error(str(e))
   # Absolute, so that worker processes (run from the repository root) find it.
   path, sep, arg = args.config.partition(':')
   args.config = str(pathlib.Path(path).resolve()) + sep + arg
@@ -502,7 +524,8 @@ def main(argv=None) -> dict | None:
   isolate = device['platform'] == 'gpu' if args.isolate is None else args.isolate
   config = load_config(args.config, args.models[0])
   results = {'device': device, 'task': config.task, 'config': args.config,
-             'batch_size': args.batch_size, 'dtype': args.dtype, 'models': args.models,
+             'batch_size': args.batch_size, 'dtype': args.dtype,
+             'models': [plugins.label(name) for name in args.models],
              'lengths': args.lengths, 'repeats': args.repeats, 'warmup': args.warmup,
              'memory_only': args.memory_only,
              'isolated': isolate, 'points': []}

@@ -31,6 +31,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from lra_luna import checkpoints
 from lra_luna import config_lib
 from lra_luna import train
 
@@ -58,7 +59,7 @@ class Run:
 
   @property
   def name(self) -> str:
-    return f'{self.config.task}/{self.config.model_name}/{self.head}/seed{self.seed}'
+    return f'{self.config.task}/{config_lib.model_label(self.config)}/{self.head}/seed{self.seed}'
 
 
 def run_flags(overrides, head: str, seed: int) -> tuple:
@@ -94,12 +95,14 @@ def plan(specs, seeds, heads, overrides, sweep_dir) -> list[Run]:
     for head in heads or [base.model.head]:
       if head == 'mean_p' and base.model.attention != 'luna':
         # Only Luna has P; the other models of the same sweep still run their other heads.
-        print(f'{spec}: skipping head mean_p (model {base.model_name} has no P).', flush=True)
+        print(f'{spec}: skipping head mean_p (model {config_lib.model_label(base)} has no P).',
+              flush=True)
         continue
       for seed in seeds:
         config = load_config(spec, run_flags(overrides, head, seed))
         config_lib.validate(config)
-        workdir = pathlib.Path(sweep_dir) / config.task / config.model_name / head / f'seed{seed}'
+        workdir = (pathlib.Path(sweep_dir) / config.task / config_lib.model_label(config) / head
+                   / f'seed{seed}')
         runs.append(Run(spec, overrides, head, seed, workdir, config))
   return runs
 
@@ -119,11 +122,8 @@ def finished(run: Run) -> bool:
 
 
 def latest_step(workdir: pathlib.Path) -> int:
-  """The step of the latest checkpoint (checkpoints.py layout: checkpoints/latest/<step>/), 0 if
-  none."""
-  folder = workdir / 'checkpoints' / 'latest'
-  steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
-  return max(steps, default=0)
+  """The step of the latest checkpoint, 0 if none."""
+  return checkpoints.saved_step(workdir, 'latest') or 0
 
 
 # ----------------------------------------------------------------------------------------------

@@ -106,6 +106,34 @@ def eval_step(params, constants, batch, *, graphdef):
   return weighted_cross_entropy(logits, batch['targets'], batch['weights'])
 
 
+def make_evaluator(config, graphdef, mesh):
+  """evaluate(stacked_state, arrays) -> {'loss': [seeds], 'accuracy': [seeds], 'count': int}
+  over every example of one split's arrays (at most config.max_eval_batches batches, if set)."""
+  eval_fn = jax.jit(jax.vmap(functools.partial(eval_step, graphdef=graphdef),
+                             in_axes=(0, 0, None)))
+
+  def evaluate(stacked_state, arrays):
+    totals = 0.0
+    for i, batch in enumerate(input_pipeline.eval_batches(arrays, config.eval_batch_size)):
+      if config.max_eval_batches and i >= config.max_eval_batches:
+        break
+      sums = eval_fn(stacked_state['params'], stacked_state['constants'],
+                     global_batch(mesh, batch))
+      totals = totals + np.stack(jax.device_get(sums), axis=-1).astype(np.float64)
+    loss, correct, count = totals[:, 0], totals[:, 1], totals[0, 2]
+    return {'loss': loss / count, 'accuracy': correct / count, 'count': int(count)}
+
+  return evaluate
+
+
+def checkpoint_metrics(step: int, val: dict, test: dict, index: int) -> dict:
+  """A results.json section ('best', 'last'): seed `index`'s metrics from `evaluate`."""
+  return {'step': int(step),
+          'val_accuracy': float(val['accuracy'][index]), 'val_loss': float(val['loss'][index]),
+          'test_accuracy': float(test['accuracy'][index]), 'test_loss': float(test['loss'][index]),
+          'test_examples': test['count']}
+
+
 # ----------------------------------------------------------------------------------------------
 # Devices: data parallel over every device of every process.
 # ----------------------------------------------------------------------------------------------
@@ -247,13 +275,13 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
   if start_step == 0:
     for seed_config, writer in zip(configs, writers):
       writer.write_hparams({**config_lib.flatten(seed_config), 'num_params': num_params})
-  report(is_writer, f'{config.task} / {config.model_name}, seeds {list(seeds)}: {num_params} '
+  label = config_lib.model_label(config)  # The preset name, or a plug-in's class name.
+  report(is_writer, f'{config.task} / {label}, seeds {list(seeds)}: {num_params} '
          f'parameters; starting at step {start_step} of {config.num_train_steps}.')
 
   step_fn = jax.jit(jax.vmap(functools.partial(train_step, graphdef=graphdef, tx=tx)),
                     donate_argnums=0)
-  eval_fn = jax.jit(jax.vmap(functools.partial(eval_step, graphdef=graphdef),
-                             in_axes=(0, 0, None)))
+  evaluate = make_evaluator(config, graphdef, mesh)
   progress = make_progress(config, start_step, is_writer)
   pending = []  # Per-step metrics kept on device until the next log, to avoid a sync per step.
   last_log = (start_step, time.time())
@@ -282,17 +310,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
     progress.set_postfix(loss=f'{np.mean(values["train_loss"][:, -1]):.4f}', refresh=False)
 
   def evaluate_split(stacked_state, split):
-    """{'loss': [seeds], 'accuracy': [seeds], 'count': int} over every example of a split."""
-    totals = 0.0
-    for i, batch in enumerate(input_pipeline.eval_batches(data.splits[split],
-                                                          config.eval_batch_size)):
-      if config.max_eval_batches and i >= config.max_eval_batches:
-        break
-      sums = eval_fn(stacked_state['params'], stacked_state['constants'],
-                     global_batch(mesh, batch))
-      totals = totals + np.stack(jax.device_get(sums), axis=-1).astype(np.float64)
-    loss, correct, count = totals[:, 0], totals[:, 1], totals[0, 2]
-    return {'loss': loss / count, 'accuracy': correct / count, 'count': int(count)}
+    return evaluate(stacked_state, data.splits[split])
 
   for step in range(start_step + 1, config.num_train_steps + 1):
     batch = global_batch(mesh, input_pipeline.stack_examples([next(it) for it in train_iters]),
@@ -329,15 +347,12 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
                       evaluate_split(section_state, 'test'))
   all_results = []
   for i, seed in enumerate(seeds):
-    results = {'task': config.task, 'model': config.model_name, 'head': config.model.head,
+    results = {'task': config.task, 'model': label, 'head': config.model.head,
                'seed': int(seed), 'num_params': num_params, 'steps': config.num_train_steps,
                'test_majority_rate': majority_rate(data.splits['test']['targets'])}
     for name, (val, test) in sections.items():
-      results[name] = {
-          'step': config.num_train_steps if name == 'last' else bests[i]['step'],
-          'val_accuracy': float(val['accuracy'][i]), 'val_loss': float(val['loss'][i]),
-          'test_accuracy': float(test['accuracy'][i]), 'test_loss': float(test['loss'][i]),
-          'test_examples': test['count']}
+      results[name] = checkpoint_metrics(
+          config.num_train_steps if name == 'last' else bests[i]['step'], val, test, i)
     # The flat keys report the last checkpoint, as LRA did; `best` is beside it.
     results.update({k: results['last'][k]
                     for k in ('val_accuracy', 'val_loss', 'test_accuracy', 'test_loss')})

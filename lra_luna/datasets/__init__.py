@@ -17,9 +17,19 @@ READERS = {
 }
 
 
+def reader_module(task: str):
+  """The module of task's reader (imported on first use)."""
+  if task not in READERS:
+    raise ValueError(f'Unknown task {task!r}; valid choices: {sorted(READERS)}.')
+  return importlib.import_module(READERS[task][0])
+
+
 def load_task(config):
   """The `base.TaskData` of config.task."""
-  if config.task not in READERS:
-    raise ValueError(f'Unknown task {config.task!r}; valid choices: {sorted(READERS)}.')
-  module, function = READERS[config.task]
-  return getattr(importlib.import_module(module), function)(config)
+  return getattr(reader_module(config.task), READERS[config.task][1])(config)
+
+
+def task_sizes(task: str) -> tuple[int, int]:
+  """(vocab_size, num_classes) of a task, from its reader's constants: no data is read."""
+  module = reader_module(task)
+  return module.VOCAB_SIZE, module.NUM_CLASSES

@@ -1,7 +1,8 @@
 """Image (lra.md §1): grayscale CIFAR-10 from a prepared local TFDS `cifar10`, 1024 pixel tokens.
 
-Each image goes through `tf.image.rgb_to_grayscale` (as LRA did: Y = 0.2989 R + 0.5870 G +
-0.1140 B on [0, 1], back to uint8 by TF's convert_image_dtype, i.e. floor(Y * 255.5)), then is
+Each image goes through `grayscale`, the arithmetic of `tf.image.rgb_to_grayscale` that LRA used
+(Y = 0.2989 R + 0.5870 G + 0.1140 B on [0, 1], back to uint8 by TF's convert_image_dtype, i.e.
+floor(Y * 255.5)) in numpy, so that prediction on an image file needs no TensorFlow; then it is
 flattened row-major. Pixel values 0..255 are the token ids (vocab 256). There is no padding: pixel
 0 is black, not a pad, so the configs set model.mask_padding = False (LRA masked black pixels).
 """
@@ -18,16 +19,28 @@ NUM_PIXELS = 32 * 32
 TRAIN_PERCENT = 90  # train[:90%] / train[90%:], as LRA
 
 
+GRAY_WEIGHTS = tuple(np.float32(w) for w in (0.2989, 0.5870, 0.1140))  # TF's (ITU-R BT.601)
+
+
+def grayscale(rgb: np.ndarray) -> np.ndarray:
+  """uint8 [..., 3] RGB -> uint8 [...] gray, step by step in float32 as
+  tf.image.rgb_to_grayscale computes it (equal to it for all 2^24 colours: tests/test_predict.py)."""
+  x = rgb.astype(np.float32) * np.float32(1 / 255)
+  r, g, b = GRAY_WEIGHTS
+  y = x[..., 0] * r + x[..., 1] * g + x[..., 2] * b
+  return (y * np.float32(255.5)).astype(np.uint8)  # convert_image_dtype: scale, truncate.
+
+
 def _read_cifar10(split: str, data_dir) -> dict:
   tf, _ = tfds_source.import_tensorflow_datasets()
 
-  def grayscale(example):
-    pixels = tf.reshape(tf.image.rgb_to_grayscale(example['image']), [NUM_PIXELS])
-    return {'inputs': pixels, 'targets': tf.cast(example['label'], tf.int32)}
+  def pixels(example):
+    return {'inputs': tf.reshape(example['image'], [NUM_PIXELS, 3]),
+            'targets': tf.cast(example['label'], tf.int32)}
 
-  batches = tfds_source.read_tfds_split(TFDS_NAME, split, data_dir, decode=grayscale)
-  return {name: np.concatenate([batch[name] for batch in batches])
-          for name in ('inputs', 'targets')}
+  batches = tfds_source.read_tfds_split(TFDS_NAME, split, data_dir, decode=pixels)
+  return {'inputs': np.concatenate([grayscale(batch['inputs']) for batch in batches]),
+          'targets': np.concatenate([batch['targets'] for batch in batches])}
 
 
 def load_image(config) -> base.TaskData:

@@ -19,6 +19,7 @@ DIGITS = tuple(str(d) for d in range(10))
 # Fixed order, so token ids never change between runs (LRA's came from a Python set).
 VOCAB = (PAD, *OPERATORS, CLOSE, *DIGITS)
 TOKEN_IDS = {token: i for i, token in enumerate(VOCAB)}
+VOCAB_SIZE = len(VOCAB)
 PARENTHESES = frozenset(('(', ')'))
 NUM_CLASSES = 10
 
@@ -196,6 +197,12 @@ def generate_listops(out_dir, *, num_train: int = 96000, num_val: int = 2000,
   return paths
 
 
+def token_ids(expression: str) -> list[int]:
+  """Token ids of a printed expression: parentheses dropped, the rest mapped through VOCAB.
+  KeyError (the token) for a token outside VOCAB."""
+  return [TOKEN_IDS[t] for t in expression.split() if t not in PARENTHESES]
+
+
 def read_listops_tsv(path, max_length: int) -> tuple:
   """Reads one LRA ListOps TSV into (inputs int32 [N, max_length], targets int32 [N]).
 
@@ -229,7 +236,7 @@ def read_listops_tsv(path, max_length: int) -> tuple:
         raise base.DataError(f'{path}, line {line_number}: label {label!r} is not an integer '
                              f'in 0..{NUM_CLASSES - 1}.')
       try:
-        ids = [TOKEN_IDS[t] for t in expression.split() if t not in PARENTHESES]
+        ids = token_ids(expression)
       except KeyError as e:
         raise base.DataError(f'{path}, line {line_number}: unknown token {e.args[0]!r} '
                              f'(known: {" ".join(VOCAB[1:])} and parentheses).') from None

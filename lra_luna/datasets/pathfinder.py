@@ -122,6 +122,15 @@ def _decode(image_path: pathlib.Path, resolution: int) -> np.ndarray:
   return pixels.reshape(-1)
 
 
+def read_image(image_path, resolution: int) -> np.ndarray:
+  """Pixels [res * res] uint8 of one image file, as the reader takes them; DataError when it is
+  missing, empty, unreadable or not res x res."""
+  try:
+    return _decode(pathlib.Path(image_path), resolution)
+  except _Unusable as e:
+    raise base.DataError(f'{image_path}: image is {e}.') from None
+
+
 def read_pathfinder(root, resolution: int, difficulty: str, *, skip_bad_images: bool = False,
                     progress: bool = False) -> PathfinderArrays:
   """All images of <root>/pathfinder<res>/<difficulty folder>, in metadata order.

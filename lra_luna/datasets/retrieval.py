@@ -56,7 +56,9 @@ def _parse_label(path: pathlib.Path, line_number: int, label: str) -> int:
   return int(value)
 
 
-def _encode(text: str, max_length: int) -> np.ndarray:
+def encode_text(text: str, max_length: int) -> np.ndarray:
+  """Token ids of one paper's text: its first MAX_TEXT_BYTES UTF-8 bytes, each + 1, at most
+  max_length of them."""
   return text_lib.byte_ids(text.encode('utf-8', errors='surrogateescape')[:MAX_TEXT_BYTES],
                            max_length)
 
@@ -79,7 +81,7 @@ def read_aan_tsv(path, max_length: int) -> dict:
                            f'columns (label, id1, id2, text1, text2), found {len(columns)}.')
     label, _, _, text1, text2 = columns
     targets[i] = _parse_label(path, line_number, label)
-    ids1, ids2 = _encode(text1, max_length), _encode(text2, max_length)
+    ids1, ids2 = encode_text(text1, max_length), encode_text(text2, max_length)
     inputs1[i, :len(ids1)] = ids1
     inputs2[i, :len(ids2)] = ids2
   return {'inputs1': inputs1, 'inputs2': inputs2, 'targets': targets}

@@ -1,0 +1,107 @@
+"""Validation and test metrics of a trained run's checkpoints, without training (LRA's --test_only).
+
+  python -m lra_luna.evaluate runs/listops_luna16_quick [--checkpoint best|last]
+
+Rebuilds the model from WORKDIR/config.json, restores the best checkpoint (highest validation
+accuracy) and the last one (the latest saved: the end of training for a finished run), and
+evaluates each on every validation and test example with the training's own evaluation
+(`train.make_evaluator`), so a finished run gets exactly its results.json `best` and `last`
+sections back. Data is read as training read it (config.json's data_dir, else $LRA_DATA_DIR,
+else data/store/); a plug-in attention given by a relative path is found from the current
+directory. Prints JSON; a workdir without config.json or checkpoints is refused in one line.
+"""
+
+import argparse
+import json
+import pathlib
+import sys
+
+import jax
+import ml_collections
+from absl import logging
+from jax.sharding import NamedSharding, PartitionSpec
+
+from lra_luna import checkpoints
+from lra_luna import config_lib
+from lra_luna import datasets
+from lra_luna import train
+
+# results.json section -> checkpoints.py folder.
+CHECKPOINT_FOLDERS = {'best': 'best', 'last': 'latest'}
+
+
+def load_run_config(workdir) -> ml_collections.ConfigDict:
+  """The validated config of the run in `workdir`; FileNotFoundError if it holds none."""
+  path = pathlib.Path(workdir) / train.CONFIG_FILE
+  if not path.is_file():
+    raise FileNotFoundError(f'{workdir} has no {train.CONFIG_FILE}: not a run_lra.py workdir.')
+  config = ml_collections.ConfigDict(json.loads(path.read_text()))
+  config_lib.validate(config)
+  return config
+
+
+def saved_checkpoints(workdir, wanted=None) -> dict:
+  """{'best' | 'last': step} of the wanted checkpoints (default: those of both that exist).
+  FileNotFoundError when a wanted one, or both, are missing."""
+  names = wanted or list(CHECKPOINT_FOLDERS)
+  steps = {name: checkpoints.saved_step(workdir, CHECKPOINT_FOLDERS[name]) for name in names}
+  missing = [name for name, step in steps.items() if step is None]
+  if missing and (wanted or len(missing) == len(names)):
+    folders = ', '.join(f'checkpoints/{CHECKPOINT_FOLDERS[name]}/' for name in missing)
+    raise FileNotFoundError(f'{workdir} has no {" and no ".join(missing)} checkpoint (nothing in '
+                            f'{folders}); train it first with run_lra.py.')
+  return {name: step for name, step in steps.items() if step is not None}
+
+
+def restore_model(workdir, config, sizes, checkpoint: str):
+  """(graphdef, train state, step) of the run's model at its 'best' or 'last' checkpoint.
+  sizes: anything with the task's vocab_size and num_classes (the data, or a namespace)."""
+  mc = train.model_config(config, sizes)
+  graphdef, state, _ = train.init_state(mc, config.seed, train.make_optimizer(config))
+  ckpt = checkpoints.Checkpoints(workdir)
+  try:
+    step, state = ckpt.restore_state(CHECKPOINT_FOLDERS[checkpoint], state)
+  finally:
+    ckpt.close()
+  return graphdef, state, step
+
+
+def evaluate_workdir(workdir, wanted=None) -> dict:
+  """{'task', 'model', 'head', 'seed', and per checkpoint ('best', 'last') the results.json
+  section: step, val_/test_accuracy and loss, test_examples}."""
+  workdir = pathlib.Path(workdir)
+  config = load_run_config(workdir)
+  steps = saved_checkpoints(workdir, wanted)
+  data = datasets.load_task(config)
+  mesh = train.make_mesh()
+  results = {'task': config.task, 'model': config_lib.model_label(config),
+             'head': config.model.head, 'seed': config.seed}
+  for name in steps:
+    graphdef, state, step = restore_model(workdir, config, data, name)
+    evaluate = train.make_evaluator(config, graphdef, mesh)
+    # A stack of one seed, replicated over the devices, as training evaluates.
+    state = jax.device_put(train.stack_trees([state]), NamedSharding(mesh, PartitionSpec()))
+    results[name] = train.checkpoint_metrics(step, evaluate(state, data.splits['validation']),
+                                             evaluate(state, data.splits['test']), 0)
+  return results
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(prog='python -m lra_luna.evaluate', description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('workdir', help='a run_lra.py workdir')
+  parser.add_argument('--checkpoint', choices=list(CHECKPOINT_FOLDERS), default=None,
+                      help='evaluate only this checkpoint (default: best and last)')
+  args = parser.parse_args(argv)
+  logging.set_verbosity(logging.WARNING)  # As run_lra: orbax logs every restore at INFO.
+  try:
+    results = evaluate_workdir(args.workdir, args.checkpoint and [args.checkpoint])
+  except (ValueError, FileNotFoundError) as e:  # Bad input: one line, no traceback.
+    print(f'error: {e}', file=sys.stderr)
+    return 1
+  print(json.dumps(results, indent=2, sort_keys=True))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,181 @@
+"""Class probabilities of a trained run for new inputs, through the training's tokenisation.
+
+  python -m lra_luna.predict runs/listops_luna16_quick "[MAX 2 9 [MIN 4 7 ] 0 ]" "[SM 3 4 ]"
+  python -m lra_luna.predict runs/text_luna16 "A film I will watch again."
+  python -m lra_luna.predict runs/retrieval_luna16 "text of paper A" "text of paper B"
+  python -m lra_luna.predict runs/image_luna16 cat.png [--checkpoint last]
+
+In Python:
+
+  predictor = predict.load_predictor('runs/listops_luna16_quick')
+  predictor.predict_proba(['[MAX 2 9 [MIN 4 7 ] 0 ]'])  # float32 [1, 10]; each row sums to 1
+
+An input per task, tokenised by its reader's own function (lra_luna/datasets):
+- listops: an expression as the data prints it, parentheses optional (listops.token_ids);
+- text: a string, its UTF-8 bytes + 1 (text.byte_ids);
+- retrieval: a pair of texts (retrieval.encode_text: the first 10000 bytes, + 1); on the command
+  line INPUTs go two by two;
+- image: an image file of 32 x 32 pixels, read as RGB and made gray by image.grayscale (LRA's);
+- pathfinder, pathx: a grayscale PNG of the task's resolution (pathfinder.read_image).
+Sequences are cut to config.max_length and padded with 0 as in training. The model is the best
+checkpoint (highest validation accuracy) by default, or the last. No task imports TensorFlow.
+"""
+
+import argparse
+import dataclasses
+import functools
+import json
+import pathlib
+import sys
+import types
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+from flax import nnx
+from PIL import Image
+
+from lra_luna import datasets
+from lra_luna import evaluate
+from lra_luna.datasets import image
+from lra_luna.datasets import listops
+from lra_luna.datasets import pathfinder
+from lra_luna.datasets import retrieval
+from lra_luna.datasets import text
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenisation: one input -> token ids (Retrieval: a pair of them), as the task's reader does it.
+# ----------------------------------------------------------------------------------------------
+def listops_ids(expression: str, config) -> list[int]:
+  try:
+    return listops.token_ids(expression)[:config.max_length]
+  except KeyError as e:
+    raise ValueError(f'ListOps input {expression!r}: unknown token {e.args[0]!r} (known: '
+                     f'{" ".join(listops.VOCAB[1:])} and parentheses).') from None
+
+
+def text_ids(review: str, config) -> np.ndarray:
+  return text.byte_ids(review.encode('utf-8'), config.max_length)
+
+
+def retrieval_ids(pair, config) -> tuple:
+  if isinstance(pair, str) or len(pair) != 2:
+    raise ValueError(f'Retrieval input {pair!r}: expected a pair of texts (text1, text2).')
+  return tuple(retrieval.encode_text(document, config.max_length) for document in pair)
+
+
+def image_ids(path, config) -> np.ndarray:
+  """An image file's pixels, RGB -> gray as the Image reader makes CIFAR-10 gray."""
+  try:
+    with Image.open(path) as picture:
+      rgb = np.asarray(picture.convert('RGB'), np.uint8)
+  except (OSError, ValueError, Image.DecompressionBombError) as e:
+    raise ValueError(f'{path}: cannot read this image ({e}).') from None
+  side = int(config.max_length**0.5)
+  if rgb.shape[:2] != (side, side):
+    raise ValueError(f'{path}: image is {rgb.shape[1]}x{rgb.shape[0]}, expected {side}x{side}.')
+  return image.grayscale(rgb).reshape(-1)
+
+
+def pathfinder_ids(path, config) -> np.ndarray:
+  return pathfinder.read_image(path, config.pathfinder.resolution)
+
+
+TOKENIZERS = {'listops': listops_ids, 'text': text_ids, 'retrieval': retrieval_ids,
+              'image': image_ids, 'pathfinder': pathfinder_ids, 'pathx': pathfinder_ids}
+
+
+def padded(rows, length: int) -> np.ndarray:
+  """Rows of ids -> int32 [N, length], padded with 0 (the pad id)."""
+  ids = np.zeros((len(rows), length), np.int32)
+  for i, row in enumerate(rows):
+    ids[i, :len(row)] = row
+  return ids
+
+
+def encode_inputs(config, inputs) -> dict:
+  """The model's batch for a list of inputs: {'inputs': int32 [N, max_length]} (Retrieval:
+  'inputs1' and 'inputs2'). ValueError naming the input that cannot be tokenised."""
+  if isinstance(inputs, (str, bytes)) or not len(inputs):
+    raise ValueError(f'Expected a non-empty list of inputs, got {inputs!r}.')
+  rows = [TOKENIZERS[config.task](item, config) for item in inputs]
+  if config.task == 'retrieval':
+    return {'inputs1': padded([a for a, _ in rows], config.max_length),
+            'inputs2': padded([b for _, b in rows], config.max_length)}
+  return {'inputs': padded(rows, config.max_length)}
+
+
+# ----------------------------------------------------------------------------------------------
+# The predictor.
+# ----------------------------------------------------------------------------------------------
+def logits_of(params, constants, batch, *, graphdef):
+  return nnx.merge(graphdef, params, constants)(batch, deterministic=True)
+
+
+@dataclasses.dataclass
+class Predictor:
+  """A trained run's model at one checkpoint; `predict_proba(inputs)` gives class probabilities."""
+  config: ml_collections.ConfigDict  # the run's config.json
+  checkpoint: str                    # 'best' or 'last'
+  step: int                          # the training step of that checkpoint
+  graphdef: object                   # the model's structure (nnx.split)
+  state: dict                        # its train state: params, constants, ...
+
+  @functools.cached_property
+  def _logits(self):
+    return jax.jit(functools.partial(logits_of, graphdef=self.graphdef))
+
+  def encode(self, inputs) -> dict:
+    """The batch the model reads for `inputs` (see the module docstring for each task's)."""
+    return encode_inputs(self.config, inputs)
+
+  def predict_proba(self, inputs) -> np.ndarray:
+    """float32 [len(inputs), num_classes]: softmax of the logits, in batches of eval_batch_size."""
+    batch = self.encode(inputs)
+    size = self.config.eval_batch_size
+    chunks = [self._logits(self.state['params'], self.state['constants'],
+                           {k: v[start:start + size] for k, v in batch.items()})
+              for start in range(0, len(inputs), size)]
+    return np.asarray(jax.nn.softmax(np.concatenate(chunks), axis=-1), np.float32)
+
+
+def load_predictor(workdir, checkpoint: str = 'best') -> Predictor:
+  """The model of the run in `workdir` at its 'best' or 'last' checkpoint. Reads no data."""
+  config = evaluate.load_run_config(workdir)
+  evaluate.saved_checkpoints(workdir, [checkpoint])
+  vocab_size, num_classes = datasets.task_sizes(config.task)
+  sizes = types.SimpleNamespace(vocab_size=vocab_size, num_classes=num_classes)
+  graphdef, state, step = evaluate.restore_model(workdir, config, sizes, checkpoint)
+  return Predictor(config, checkpoint, step, graphdef, state)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(prog='python -m lra_luna.predict', description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('workdir', help='a run_lra.py workdir')
+  parser.add_argument('inputs', nargs='+', metavar='INPUT',
+                      help='expressions, texts, text pairs (two INPUTs each) or image files')
+  parser.add_argument('--checkpoint', choices=list(evaluate.CHECKPOINT_FOLDERS), default='best')
+  args = parser.parse_args(argv)
+  logging.set_verbosity(logging.WARNING)  # As run_lra: orbax logs every restore at INFO.
+  try:
+    predictor = load_predictor(args.workdir, args.checkpoint)
+    inputs = args.inputs
+    if predictor.config.task == 'retrieval':
+      if len(inputs) % 2:
+        raise ValueError(f'Retrieval takes INPUTs two by two (text1 text2), got {len(inputs)}.')
+      inputs = list(zip(inputs[::2], inputs[1::2]))
+    probabilities = predictor.predict_proba(inputs)
+  except (ValueError, FileNotFoundError) as e:  # Bad input: one line, no traceback.
+    print(f'error: {e}', file=sys.stderr)
+    return 1
+  for item, row in zip(inputs, probabilities):
+    print(json.dumps({'input': item, 'class': int(np.argmax(row)),
+                      'probabilities': [round(float(p), 4) for p in row]}))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
