@@ -147,7 +147,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
                        'replaces the softmax attention of the Transformer block, so start from '
                        f"the 'transformer' preset (configs/<task>.py:transformer), not "
                        f'{config.model_name!r}.')
-    plugins.load_class(config.model.attention)  # Import errors now, before any data is read.
+    # Import and constructor errors now, before any data is read or any workdir written.
+    plugins.check_constructor(plugins.load_class(config.model.attention),
+                              dict(config.model.attention_options))
   if config.model.head == 'mean_p' and config.model.attention != 'luna':
     raise ValueError(f"config.model.head = 'mean_p' needs a Luna model, but model_name is "
                      f"{config.model_name!r}; use 'cls' or 'mean', or a luna model.")

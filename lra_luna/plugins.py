@@ -17,8 +17,8 @@ y [B, n, D]. `max_length` is the longest n the module will see ([CLS] included);
 'reference' or 'bert' (attention.projection_init); `rngs` draws the parameters at construction
 and carries the dropout stream at call time (None when deterministic); `options` are
 config.model.attention_options. Results, sweep folders, reports and profiles label the model
-with the class name. The constructor's and the call's signatures and the output's shape are
-checked when the model is built, before any training step.
+with the class name. The import and the constructor's signature are checked with the config
+(config_lib.validate), the call's signature and the output's shape when the model is built.
 """
 
 import functools
@@ -116,16 +116,22 @@ def _check_signature(function, args: tuple, kwargs: dict, what: str) -> None:
                      f'{PROTOCOL}.') from None
 
 
+def check_constructor(cls: type, options: dict) -> None:
+  """ValueError unless cls's constructor takes the protocol's arguments and `options`."""
+  protocol = dict.fromkeys(('attention_dropout', 'init', 'dtype', 'rngs', 'max_length'))
+  # The __init__ (nnx's metaclass hides it from inspect.signature(cls)); None stands for self,
+  # dim and num_heads.
+  _check_signature(cls.__init__, (None, None, None), {**protocol, **options},
+                   f'{cls.__name__}.__init__, given config.model.attention_options {options}')
+
+
 def build(spec: str, dim: int, num_heads: int, *, attention_dropout: float, init: str, dtype,
           rngs: nnx.Rngs, max_length: int, options: dict) -> nnx.Module:
   """The plug-in module of `spec`, constructed by the protocol and its output shape checked."""
   cls = load_class(spec)
-  kwargs = dict(attention_dropout=attention_dropout, init=init, dtype=dtype, rngs=rngs,
-                max_length=max_length, **options)
-  # The __init__ (nnx's metaclass hides it from inspect.signature(cls)); None stands for self.
-  _check_signature(cls.__init__, (None, dim, num_heads), kwargs,
-                   f'{cls.__name__}.__init__, given config.model.attention_options {options}')
-  module = cls(dim, num_heads, **kwargs)
+  check_constructor(cls, options)
+  module = cls(dim, num_heads, attention_dropout=attention_dropout, init=init, dtype=dtype,
+               rngs=rngs, max_length=max_length, **options)
   check_output(module, dim, max_length, dtype)
   return module
 

@@ -6,7 +6,8 @@
   python -m lra_luna.report runs/sweep
 
 Layout: SWEEP_DIR/<task>/<model>/<head>/seed<k>/, each a run_lra workdir (checkpoints,
-metrics, results.json). --override key=value sets a config field as run_lra's
+metrics, results.json); <model> is the preset, or the class name of an attention plug-in
+(`--override model.attention=path/to/file.py:Class` on a transformer config, lra_luna/plugins.py). --override key=value sets a config field as run_lra's
 --config.key=value does (seeds and heads come from --seeds and --heads). Resumable: a seed whose
 workdir has results.json is skipped; an unfinished one resumes from its checkpoints.
 

@@ -24,8 +24,7 @@ LISTOPS_QUICK = f'{REPO}/configs/listops.py:transformer,quick'
 def command_line_config(data_dir, *flags):
   """The config run_lra.py builds from `--config LISTOPS_QUICK --config.model.attention=EXAMPLE`
   and the flags (locked, as run_lra's), with the tiny sizes of test_train."""
-  tiny = [f'--config.{key}={value}' for key, value in {**TINY, 'data_dir': data_dir}.items()
-          if key != 'model.pack_length']
+  tiny = [f'--config.{key}={value}' for key, value in {**TINY, 'data_dir': data_dir}.items()]
   return sweep.load_config(LISTOPS_QUICK, [f'--config.model.attention={EXAMPLE}', *tiny, *flags])
 
 
@@ -99,7 +98,7 @@ def test_profiler_names_a_missing_plugin(tmp_path, capsys):
 # Errors: each names the problem.
 # ----------------------------------------------------------------------------------------------
 PLUGIN_SOURCE = '''
-import jax.numpy as jnp
+from flax import nnx
 
 
 class Narrow(nnx.Module):
@@ -191,6 +190,10 @@ def test_validate_checks_plugins_before_any_data(plugin_file):
   config.task = 'listops'
   config.model.attention = f'{plugin_file}:Missing'
   with pytest.raises(ValueError, match="has no 'Missing'"):
+    config_lib.validate(config)
+  config.model.attention = f'{plugin_file}:Identity'
+  config.model.attention_options = {'temperature': 2}
+  with pytest.raises(ValueError, match="unexpected keyword argument 'temperature'"):
     config_lib.validate(config)
 
 
