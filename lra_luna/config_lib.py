@@ -45,7 +45,7 @@ def base_config() -> ml_collections.ConfigDict:
   """Every field a run reads, with its default. Task configs override what differs."""
   c = ml_collections.ConfigDict()
   c.task = ''                       # one of TASKS
-  c.model_name = ''                 # one of MODELS (set by set_model); 'transformer' hosts a plug-in
+  c.model_name = ''                 # one of MODELS (set by set_model); a plug-in needs 'transformer'
   c.seed = 0                        # training seed: parameters, dropout and data order
   c.data_dir = ''                   # data root; '' = $LRA_DATA_DIR, else <repo>/data/store
   c.dataset_name = ''               # folder of this task's files under the data root

@@ -76,9 +76,10 @@ def evaluate_workdir(workdir, wanted=None) -> dict:
   mesh = train.make_mesh()
   results = {'task': config.task, 'model': config_lib.model_label(config),
              'head': config.model.head, 'seed': config.seed}
+  evaluate = None
   for name in steps:
     graphdef, state, step = restore_model(workdir, config, data, name)
-    evaluate = train.make_evaluator(config, graphdef, mesh)
+    evaluate = evaluate or train.make_evaluator(config, graphdef, mesh)  # One compile for both.
     # A stack of one seed, replicated over the devices, as training evaluates.
     state = jax.device_put(train.stack_trees([state]), NamedSharding(mesh, PartitionSpec()))
     results[name] = train.checkpoint_metrics(step, evaluate(state, data.splits['validation']),
