@@ -21,7 +21,6 @@ Any task config works: --config configs/<task>.py[:arg]; the default is configs/
 
 import argparse
 import functools
-import importlib.util
 import json
 import os
 import pathlib
@@ -79,10 +78,7 @@ def default_models() -> list[str]:
 def load_config(spec: str, model_name: str):
   """`path/to/<task>.py[:arg]` -> its get_config('<model>[,arg]')."""
   path, _, arg = spec.partition(':')
-  module_spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(f'{model_name},{arg}' if arg else model_name)
+  return config_lib.load_config(f'{path}:{model_name},{arg}' if arg else f'{path}:{model_name}')
 
 
 def point_config(spec: str, model_name: str, length: int, batch_size: int, dtype: str):
@@ -520,4 +516,7 @@ def main(argv=None) -> dict | None:
 
 
 if __name__ == '__main__':
-  main()
+  try:
+    main()
+  except ValueError as e:  # a bad --config or field: one line, no traceback
+    sys.exit(f'error: {e}')
