@@ -237,8 +237,11 @@ def test_generation_never_uses_a_release_folder_name(tmp_path):
     listops.load_listops(quick_listops(tmp_path, dataset_name='listops-1000'))
   assert not (tmp_path / 'listops-1000').exists()
   config = load_module(REPO / 'configs' / 'pathfinder.py').get_config('luna16,quick')
-  config.update(data_dir=str(tmp_path), dataset_name='')
+  config.update(data_dir=str(tmp_path), dataset_name='pathfinder32')
   with pytest.raises(base.DataError, match='pathfinder32 is a folder name of the LRA release'):
+    pathfinder.load_pathfinder(config)
+  config.update(dataset_name='')
+  with pytest.raises(base.DataError, match='config.dataset_name is empty'):
     pathfinder.load_pathfinder(config)
   assert not (tmp_path / 'pathfinder32').exists()
 
