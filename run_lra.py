@@ -13,6 +13,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from lra_luna import config_lib
 from lra_luna import train
 
 FLAGS = flags.FLAGS
@@ -23,6 +24,17 @@ flags.DEFINE_bool('overwrite', False, 'Delete a previous run with another config
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
+def parse_flags(argv):
+  """absl's flag parsing, with a bad --config or --config.<key> answered in one line."""
+  spec, overrides = config_lib.config_flags_of(argv)
+  if spec:
+    try:
+      config_lib.load_config(spec, overrides)
+    except ValueError as e:
+      sys.exit(f'error: {e}')
+  return FLAGS(argv)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
@@ -31,11 +43,16 @@ def main(argv):
   train.maybe_initialize_distributed()
   try:
     results = train.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
-  except (ValueError, FileNotFoundError, train.TrainingError) as e:
+  except (ValueError, train.TrainingError) as e:
     # Bad input gets one clear message, not a traceback.
     sys.exit(f'error: {e}')
+  except OSError as e:  # a file the readers did not expect to fail: name it and why
+    if FLAGS.verbosity >= 1:
+      raise
+    sys.exit(f'error: {e.filename or ""}: {e.strerror or e} ({type(e).__name__}); check that '
+             f'path (--verbosity=1 shows the traceback).')
   print(json.dumps(results, indent=2, sort_keys=True))
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

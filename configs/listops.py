@@ -4,6 +4,8 @@ Run (full, paper values):
   python run_lra.py --config configs/listops.py:luna16 --workdir runs/listops_luna16
 Quick (2-core CPU, a few minutes, data generated on first use):
   python run_lra.py --config configs/listops.py:luna16,quick --workdir runs/listops_luna16_quick
+Release data: `python data/import_lra_release.py <lra_release>` links listops-1000/ into the data
+root, which data_source 'auto' then prefers; --config.data_source=release requires it.
 Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'.
 """
 
@@ -16,7 +18,8 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
   c = config_lib.base_config()
   c.task = 'listops'
-  c.dataset_name = 'listops-1000'  # folder of basic_{train,val,test}.tsv (the LRA release name)
+  c.data_source = 'auto'           # <root>/listops-1000 (the release) if there, else generated
+  c.dataset_name = 'listops-generated'  # folder of the generated set under the data root
   c.max_length = 2000              # longest generated expression is < 2000 tokens
   c.batch_size = 32                # LRA
   c.eval_batch_size = 64
@@ -55,6 +58,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
 
   if quick:
     # A smaller task and model that a 2-core CPU trains in minutes and still learns.
+    c.data_source = 'generated'    # the quick set is always ours (release examples are longer)
     c.dataset_name = 'listops-quick'
     c.listops.update(num_train=10000, num_val=500, num_test=500, min_length=4, max_length=60,
                      max_depth=3, max_args=5)

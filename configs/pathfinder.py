@@ -20,7 +20,9 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
   c = config_lib.base_config()
   c.task = 'pathfinder'
-  c.dataset_name = ''              # '' = the full set; else a separate set under <root>/<name>/
+  # 'auto': the release's <root>/pathfinder<res>/ if there, else our generated set.
+  c.data_source = 'auto'
+  c.dataset_name = 'pathfinder-generated'  # folder of generated sets under the data root
   c.max_length = 1024              # 32 x 32 pixels, fixed
   c.batch_size = 512               # LRA
   c.eval_batch_size = 512
@@ -63,6 +65,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
     # 2000 freshly generated images and a tiny model: a 2-core CPU runs it in minutes (above
     # chance only by luck: Pathfinder needs the full set). The quick set gets its own folder
     # (dataset_name), so it never mixes with the full one.
+    c.data_source = 'generated'
     c.dataset_name = 'pathfinder-quick'
     c.pathfinder.num_images = 2000
     c.pathfinder.images_per_batch = 500

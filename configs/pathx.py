@@ -22,7 +22,9 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
   c = config_lib.base_config()
   c.task = 'pathx'
-  c.dataset_name = ''              # '' = the full set; else a separate set under <root>/<name>/
+  # 'auto': the release's <root>/pathfinder<res>/ if there, else our generated set.
+  c.data_source = 'auto'
+  c.dataset_name = 'pathfinder-generated'  # folder of generated sets under the data root
   c.max_length = 16384             # 128 x 128 pixels, fixed
   c.batch_size = 64                # LRA
   c.eval_batch_size = 64
@@ -66,6 +68,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
     # 400 freshly generated 128 px images (in their own folder, dataset_name, so they never
     # mix with the full set), full 16384-token inputs, a tiny model: a
     # smoke test of the pipeline at Path-X length, not a result.
+    c.data_source = 'generated'
     c.dataset_name = 'pathx-quick'
     c.pathfinder.generate_if_missing = True
     c.pathfinder.num_images = 400

@@ -21,6 +21,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   c.task = 'retrieval'
   c.dataset_name = 'aan'           # folder of new_aan_pairs.{train,eval,test}.tsv
   c.max_length = 4000              # per document, after LRA's cut to the first 10000 bytes
+  c.max_truncated_fraction = 1.0   # LRA cuts papers at max_length by design (counted, reported)
   c.batch_size = 32                # LRA
   c.eval_batch_size = 32           # as training: two 4000-token documents per example
   c.num_train_steps = 20000        # Luna paper (LRA trained 5000)

@@ -1,6 +1,6 @@
 """Generates the ListOps TSVs (lra.md §2) in the LRA release layout.
 
-  python data/generate_listops.py                      # full set into <data root>/listops-1000
+  python data/generate_listops.py                      # full set into <data root>/listops-generated
   python data/generate_listops.py --out_dir /tmp/lo --num_train 2000 --seed 1
 """
 
@@ -18,7 +18,7 @@ from lra_luna.datasets import listops  # noqa: E402
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--out_dir', default=None,
-                      help='output folder (default: <data root>/listops-1000, data root from '
+                      help='output folder (default: <data root>/listops-generated, data root from '
                            f'${base.DATA_DIR_ENV} or {base.DEFAULT_DATA_ROOT})')
   parser.add_argument('--num_train', type=int, default=96000)
   parser.add_argument('--num_val', type=int, default=2000)
@@ -31,7 +31,13 @@ def main() -> None:
   parser.add_argument('--no_progress', action='store_true', help='hide the progress bar')
   args = parser.parse_args()
 
-  out_dir = pathlib.Path(args.out_dir) if args.out_dir else base.data_root() / 'listops-1000'
+  try:
+    root = base.data_root()
+    out_dir = (pathlib.Path(args.out_dir) if args.out_dir else root / 'listops-generated').resolve()
+    base.check_generation_target(out_dir.parent, out_dir, listops.RELEASE_FOLDER, 'ListOps')
+    base.make_folder(out_dir)
+  except base.DataError as e:
+    sys.exit(f'error: {e}')
   print(f'Generating ListOps into {out_dir}', flush=True)
   paths = listops.generate_listops(
       out_dir, num_train=args.num_train, num_val=args.num_val, num_test=args.num_test,

@@ -4,7 +4,12 @@ A task config calls `base_config()`, sets its task fields, then `set_model(confi
 `validate(config)` is run before training and names the bad field and its valid choices.
 """
 
+import difflib
+import pathlib
+
+from absl import flags
 import ml_collections
+from ml_collections import config_flags
 
 from lra_luna import plugins
 
@@ -22,6 +27,16 @@ MODELS = {
     'local': ('local', None),
 }
 SCHEDULES = ('rsqrt', 'cosine')
+# Where a task's data may come from (config.data_source); the first is the default.
+DATA_SOURCES = {
+    'listops': ('auto', 'release', 'generated'),
+    'pathfinder': ('auto', 'release', 'generated'),
+    'pathx': ('auto', 'release', 'generated'),
+    'retrieval': ('auto', 'release'),
+    'text': ('auto', 'tfds'),
+    'image': ('auto', 'tfds'),
+}
+CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / 'configs'
 
 
 def parse_arg(arg: str | None, default_model: str) -> tuple[str, bool]:
@@ -49,7 +64,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.seed = 0                        # training seed: parameters, dropout and data order
   c.data_dir = ''                   # data root; '' = $LRA_DATA_DIR, else <repo>/data/store
   c.dataset_name = ''               # folder of this task's files under the data root
+  c.data_source = 'auto'            # 'auto' | 'release' | 'generated' | 'tfds' (DATA_SOURCES)
   c.max_length = 1000               # tokens per example after truncation ([CLS] not counted)
+  c.max_truncated_fraction = 0.01   # refuse data when more than this share of examples is cut
   c.batch_size = 32                 # global training batch, split over all devices
   c.eval_batch_size = 64            # global evaluation batch (last batch padded and masked)
   c.num_train_steps = 5000          # optimizer steps
@@ -135,6 +152,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the first bad field and its valid choices."""
   _check_choice('task', config.task, TASKS)
   _check_choice('model_name', config.model_name, list(MODELS))
+  _check_choice('data_source', config.data_source, DATA_SOURCES[config.task])
   _check_choice('schedule', config.schedule, SCHEDULES)
   _check_choice('model.head', config.model.head, ('cls', 'mean', 'mean_p'))
   _check_choice('model.positions', config.model.positions, ('learned', 'sinusoidal'))
@@ -156,6 +174,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for field in ('batch_size', 'eval_batch_size', 'num_train_steps', 'max_length', 'eval_every'):
     if config[field] <= 0:
       raise ValueError(f'config.{field} must be positive, got {config[field]}.')
+  if not 0 <= config.max_truncated_fraction <= 1:
+    raise ValueError(f'config.max_truncated_fraction must be in [0, 1], got '
+                     f'{config.max_truncated_fraction}.')
 
 
 def flatten(config: ml_collections.ConfigDict) -> dict:
@@ -171,3 +192,95 @@ def flatten(config: ml_collections.ConfigDict) -> dict:
 
   visit('', config)
   return flat
+
+
+# ----------------------------------------------------------------------------------------------
+# Building a config from `--config=configs/<task>.py:<arg>` and `--config.<key>=<value>` flags,
+# with one-line errors (config_flags itself answers with a traceback or a bare KeyError).
+# ----------------------------------------------------------------------------------------------
+def config_spec_path(spec: str) -> pathlib.Path:
+  """The file of a `path/to/<task>.py[:arg]` spec; ValueError naming the task configs if absent."""
+  path = pathlib.Path(spec.partition(':')[0])
+  if not path.is_file():
+    choices = ', '.join(f'configs/{p.name}' for p in sorted(CONFIG_DIR.glob('*.py')))
+    raise ValueError(f'config file {path} not found; the task configs are {choices}.')
+  return path
+
+
+def key_paths(config: ml_collections.ConfigDict) -> list[str]:
+  """Every field path of a config, sections included ('model', 'model.dim', ...)."""
+  paths = []
+  for key, value in config.items():
+    paths.append(key)
+    if isinstance(value, ml_collections.ConfigDict):
+      paths += [f'{key}.{inner}' for inner in key_paths(value)]
+  return paths
+
+
+def check_override_keys(config: ml_collections.ConfigDict, keys) -> None:
+  """ValueError for the first key that is no field of `config`, with the nearest field names."""
+  known = key_paths(config)
+  for key in keys:
+    if key not in known:
+      close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+      hint = f' Did you mean {" or ".join(f"config.{c}" for c in close)}?' if close else ''
+      section = key.rpartition('.')[0]
+      fields = [k.rpartition('.')[2] for k in known if k.rpartition('.')[0] == section]
+      where = f'config.{section}' if section else 'config'
+      listing = (f' The fields of {where} are: {", ".join(fields)}.' if not close else '')
+      raise ValueError(f'config.{key} is no config field.{hint}{listing} Each field is '
+                       f'described in lra_luna/config_lib.py.')
+
+
+def config_flags_of(argv) -> tuple[str | None, list[str]]:
+  """(spec of --config, the --config.<key> flags as `--config.<key>=<value>`) found in argv."""
+  spec, overrides = None, []
+  args = iter(argv)
+  for arg in args:
+    name, has_value, value = arg.partition('=')
+    if name in ('--config', '--config.') or name.startswith('--config.'):
+      if not has_value:
+        value = next(args, '')
+      if name == '--config':
+        spec = value
+      else:
+        overrides.append(f'{name}={value}')
+  return spec, overrides
+
+
+def override_keys(overrides) -> list[str]:
+  """The keys of `--config.<key>=<value>` flags."""
+  return [flag[len('--config.'):].partition('=')[0] for flag in overrides]
+
+
+def flag_error_message(error: BaseException, spec: str, argv) -> str:
+  """One line for an error raised while parsing --config flags: the root cause, not a traceback."""
+  if isinstance(error, ValueError) and not isinstance(error, flags.Error):
+    return str(error)  # already ours
+  chain = [error]
+  while chain[-1].__cause__ or chain[-1].__context__:
+    chain.append(chain[-1].__cause__ or chain[-1].__context__)
+  keys = override_keys(config_flags_of(argv)[1])
+  if keys and any(isinstance(e, (KeyError, AttributeError)) for e in chain):
+    try:  # an unknown key: name it against the config as built without overrides
+      check_override_keys(load_config(spec), keys)
+    except ValueError as e:
+      return str(e)
+  # config_flags wraps an error of get_config() in the text of a traceback: take the cause.
+  message = str(error) if 'Traceback' not in str(error) else str(chain[-1])
+  return message.strip().splitlines()[0] if message.strip() else type(chain[-1]).__name__
+
+
+def load_config(spec: str, overrides=()) -> ml_collections.ConfigDict:
+  """The config that `--config=spec` and `--config.<key>=<value>` overrides give, as run_lra
+  builds it (a locked config: a misspelt key is an error). ValueError in one line otherwise."""
+  config_spec_path(spec)
+  argv = ['lra_luna', f'--config={spec}', *overrides]
+  flag_values = flags.FlagValues()  # private flags: the caller's absl flags are left alone
+  config_flags.DEFINE_config_file('config', None, 'config file', flag_values=flag_values,
+                                  lock_config=True, sys_argv=argv)
+  try:
+    flag_values(argv)
+    return flag_values.config
+  except Exception as e:  # config_flags raises several types; flag_error_message explains them
+    raise ValueError(flag_error_message(e, spec, argv)) from None

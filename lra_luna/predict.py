@@ -25,7 +25,6 @@ import argparse
 import dataclasses
 import functools
 import json
-import pathlib
 import sys
 import types
 
@@ -63,7 +62,7 @@ def text_ids(review: str, config) -> np.ndarray:
 def retrieval_ids(pair, config) -> tuple:
   if isinstance(pair, str) or len(pair) != 2:
     raise ValueError(f'Retrieval input {pair!r}: expected a pair of texts (text1, text2).')
-  return tuple(retrieval.encode_text(document, config.max_length) for document in pair)
+  return tuple(retrieval.encode_text(document, config.max_length)[0] for document in pair)
 
 
 def image_ids(path, config) -> np.ndarray:

@@ -23,7 +23,6 @@ its constructor defaults, labelled by its class name).
 
 import argparse
 import functools
-import importlib.util
 import json
 import os
 import pathlib
@@ -80,11 +79,8 @@ def load_config(spec: str, model_name: str):
   """`path/to/<task>.py[:arg]` -> its get_config('<model>[,arg]'); a plug-in attention
   ('file.py:Class', plugins.py) goes into the config of the `transformer` preset."""
   path, _, arg = spec.partition(':')
-  module_spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
   preset = 'transformer' if plugins.is_plugin(model_name) else model_name
-  config = module.get_config(f'{preset},{arg}' if arg else preset)
+  config = config_lib.load_config(f'{path}:{preset},{arg}' if arg else f'{path}:{preset}')
   if plugins.is_plugin(model_name):
     config.model.attention = model_name
   return config
@@ -543,4 +539,7 @@ def main(argv=None) -> dict | None:
 
 
 if __name__ == '__main__':
-  main()
+  try:
+    main()
+  except ValueError as e:  # a bad --config or field: one line, no traceback
+    sys.exit(f'error: {e}')

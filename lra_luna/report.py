@@ -49,12 +49,25 @@ AVG, AVG_NO_RETRIEVAL = 'avg', 'avg_no_retrieval'
 # ----------------------------------------------------------------------------------------------
 # Reading results.
 # ----------------------------------------------------------------------------------------------
+RESULT_KEYS = ('task', 'model', 'head', 'seed')
+
+
 def load_results(sweep_dir) -> list[dict]:
   """Every results.json under sweep_dir, each with its folder as 'workdir'."""
+  if not pathlib.Path(sweep_dir).is_dir():
+    raise FileNotFoundError(f'{sweep_dir} is not a folder; give the --sweep_dir of a sweep (or '
+                            'any folder holding run folders with results.json).')
   found, seen = [], {}
   for path in sorted(pathlib.Path(sweep_dir).rglob(train.RESULTS_FILE)):
-    result = json.loads(path.read_text())
-    key = (result['task'], result['model'], result['head'], result['seed'])
+    try:
+      result = json.loads(path.read_text())
+    except ValueError as e:
+      raise ValueError(f'{path}: not valid JSON ({e}); rerun that run, or remove it.') from None
+    missing = [key for key in RESULT_KEYS if key not in result]
+    if missing:
+      raise ValueError(f'{path}: no {", ".join(missing)} field; not a results.json of '
+                       'run_lra.py. Move it out of the sweep folder.')
+    key = tuple(result[k] for k in RESULT_KEYS)
     if key in seen:
       # Averaging a run twice would weigh it double; the user must say which one counts.
       raise ValueError(f'Two results for task/model/head/seed {key}: {seen[key]} and {path}.')
@@ -68,6 +81,36 @@ def accuracy_of(result: dict, checkpoint: str) -> float:
   if checkpoint not in result:
     raise ValueError(f"{result['workdir']} has no '{checkpoint}' section in its results.json.")
   return 100.0 * result[checkpoint]['test_accuracy']
+
+
+def describe_data(data: dict | None) -> tuple[tuple, str]:
+  """(what identifies the data a run read, its description in words) from results.json 'data'.
+  Paths differ between machines, so they describe the data but do not identify it."""
+  if not data:
+    return ('unrecorded',), 'not recorded (a results.json from before data provenance)'
+  source, counts = data['source'], json.dumps(data.get('examples'), sort_keys=True)
+  if source == 'generated':
+    record = data.get('generator') or {}
+    settings = record.get('settings', record)  # ListOps nests its settings; Pathfinder does not
+    words = ', '.join(f'{k} {v}' for k, v in sorted(settings.items()) if k != 'generator')
+    return (source, json.dumps(settings, sort_keys=True), counts), f'generated ({words})'
+  if source == 'tfds':
+    versions = tuple(data.get('versions', ()))
+    return (source, data['name'], versions, counts), f'TFDS {data["name"]} {", ".join(versions)}'
+  return (source, counts), f'LRA release ({data["path"]})'
+
+
+def data_sources(results: list[dict]) -> dict:
+  """{task: description of the data its runs read}. ValueError when runs of one task read
+  different data: their accuracies would share a table without being comparable."""
+  by_task = {}
+  for r in results:
+    identity, words = describe_data(r.get('data'))
+    first = by_task.setdefault(r['task'], (identity, words, r['workdir']))
+    if first[0] != identity:
+      raise ValueError(f"{r['task']} runs read different data: {first[2]} read {first[1]}, "
+                       f"{r['workdir']} read {words}. Report them from separate folders.")
+  return {task: words for task, (_, words, _) in by_task.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +170,7 @@ class Table:
   title: str
   columns: list        # [(key, header)]
   rows: list
+  notes: list = dataclasses.field(default_factory=list)  # lines under the table (markdown)
 
 
 def published_row(entry: published.PublishedRow, group: int, columns) -> Row:
@@ -192,6 +236,7 @@ def to_markdown(table: Table) -> str:
   for row in table.rows:
     cells = [format_cell(row.values.get(k), '±') for k, _ in table.columns]
     lines.append('| ' + ' | '.join([row.label, row.head, row.source] + cells) + ' |')
+  lines += ['', *table.notes] if table.notes else []
   return '\n'.join(lines) + '\n'
 
 
@@ -375,8 +420,11 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None)
   out_dir = pathlib.Path(out_dir or pathlib.Path(sweep_dir) / 'report')
   out_dir.mkdir(parents=True, exist_ok=True)
   summary = summarize(results, checkpoint)
+  sources = data_sources(results)
   paths = []
   for table in (table1(summary, checkpoint), table3(summary, checkpoint)):
+    tasks = [key for key, _ in table.columns if key in sources]
+    table.notes = ['Data: ' + '; '.join(f'{TASK_NAMES[t]}: {sources[t]}' for t in tasks) + '.']
     paths += write_table(table, checkpoint, out_dir)
   profile = json.loads(pathlib.Path(profile).read_text()) if profile else None
   paths += write_figure(summary, results, profile, checkpoint, out_dir)

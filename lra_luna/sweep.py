@@ -28,9 +28,7 @@ import sys
 import time
 import traceback
 
-from absl import flags
 from absl import logging
-from ml_collections import config_flags
 
 from lra_luna import checkpoints
 from lra_luna import config_lib
@@ -68,20 +66,6 @@ def run_flags(overrides, head: str, seed: int) -> tuple:
   return (*overrides, f'--config.model.head={head}', f'--config.seed={seed}')
 
 
-def load_config(spec: str, config_overrides) -> object:
-  """The config run_lra would get from `--config=spec` and the given --config.* flags."""
-  argv = ['sweep', f'--config={spec}', *config_overrides]
-  flag_values = flags.FlagValues()  # Private flags: the caller's absl flags are left alone.
-  config_flags.DEFINE_config_file('config', None, 'config file', flag_values=flag_values,
-                                  lock_config=True, sys_argv=argv)
-  try:
-    flag_values(argv)
-  except Exception as e:  # config_flags raises several types; one message names them all.
-    raise ValueError(f'Cannot build config {spec} with {list(config_overrides)}: '
-                     f'{type(e).__name__}: {e}') from e
-  return flag_values.config
-
-
 def plan(specs, seeds, heads, overrides, sweep_dir) -> list[Run]:
   """Every (config, head, seed) run, each config built and validated up front."""
   for item in overrides:
@@ -92,7 +76,7 @@ def plan(specs, seeds, heads, overrides, sweep_dir) -> list[Run]:
   overrides = tuple(f'--config.{item}' for item in overrides)
   runs = []
   for spec in specs:
-    base = load_config(spec, overrides)
+    base = config_lib.load_config(spec, overrides)
     for head in heads or [base.model.head]:
       if head == 'mean_p' and base.model.attention != 'luna':
         # Only Luna has P; the other models of the same sweep still run their other heads.
@@ -100,7 +84,7 @@ def plan(specs, seeds, heads, overrides, sweep_dir) -> list[Run]:
               flush=True)
         continue
       for seed in seeds:
-        config = load_config(spec, run_flags(overrides, head, seed))
+        config = config_lib.load_config(spec, run_flags(overrides, head, seed))
         config_lib.validate(config)
         workdir = (pathlib.Path(sweep_dir) / config.task / config_lib.model_label(config) / head
                    / f'seed{seed}')

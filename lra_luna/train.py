@@ -170,23 +170,35 @@ def global_batch(mesh, local_batch: dict, seed_axis: bool = False):
 # ----------------------------------------------------------------------------------------------
 # Workdir.
 # ----------------------------------------------------------------------------------------------
-def prepare_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:
-  """Refuses a workdir that holds a run with another config, unless `overwrite` clears it."""
+def check_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:
+  """Refuses a workdir that holds a run with another config, unless `overwrite`; writes nothing."""
+  if workdir.exists() and not workdir.is_dir():
+    raise TrainingError(f'--workdir {workdir} is a file, not a folder; choose a folder for the '
+                        'run (checkpoints, metrics, results.json).')
   config_path = workdir / CONFIG_FILE
-  if config_path.exists():
-    saved = json.loads(config_path.read_text())
-    if saved != json.loads(config.to_json()):
-      if not overwrite:
-        differing = sorted(k for k in set(saved) | set(json.loads(config.to_json()))
-                           if saved.get(k) != json.loads(config.to_json()).get(k))
-        raise TrainingError(
-            f'{workdir} holds a run with a different config (fields {differing} differ). '
-            'Use another --workdir, or pass --overwrite to delete that run and start anew.')
-  if overwrite and workdir.exists() and jax.process_index() == 0:
-    shutil.rmtree(workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  if jax.process_index() == 0:
-    metrics_lib.write_json_atomically(config_path, json.loads(config.to_json()))
+  if config_path.exists() and not overwrite:
+    saved, wanted = json.loads(config_path.read_text()), json.loads(config.to_json())
+    if saved != wanted:
+      differing = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+      raise TrainingError(
+          f'{workdir} holds a run with a different config (fields {differing} differ). '
+          'Use another --workdir, or pass --overwrite to delete that run and start anew.')
+
+
+def start_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:
+  """Clears the workdir with `overwrite`, then records the config. Called once the data and the
+  model are ready, so that a start that fails (missing data, a bad option) leaves no config
+  behind to refuse the corrected rerun."""
+  if jax.process_index() != 0:
+    return
+  try:
+    if overwrite and workdir.exists():
+      shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    metrics_lib.write_json_atomically(workdir / CONFIG_FILE, json.loads(config.to_json()))
+  except OSError as e:
+    raise TrainingError(f'Cannot write the run folder {workdir} ({e.strerror}: {e.filename}); '
+                        'choose a writable --workdir.') from None
 
 
 def model_config(config, data) -> ml_collections.ConfigDict:
@@ -236,7 +248,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
   workdirs = [pathlib.Path(w) for w in workdirs]
   is_writer = jax.process_index() == 0
   for seed_config, workdir in zip(configs, workdirs):
-    prepare_workdir(seed_config, workdir, overwrite)
+    check_workdir(seed_config, workdir, overwrite)
   for field in ('batch_size', 'eval_batch_size'):
     if config[field] % jax.device_count():
       raise ValueError(f'config.{field} = {config[field]} does not divide over '
@@ -256,6 +268,8 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
     graphdef, state, num_params = init_state(mc, seed, tx)
     states.append(state)
   dropout_keys = jnp.stack([jax.random.fold_in(jax.random.key(s), 1) for s in seeds])
+  for seed_config, workdir in zip(configs, workdirs):
+    start_workdir(seed_config, workdir, overwrite)
 
   # Restore each seed's latest checkpoint: parameters, optimizer, step, data order, best so far.
   ckpts = [checkpoints.Checkpoints(w) for w in workdirs]
@@ -349,7 +363,8 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
   for i, seed in enumerate(seeds):
     results = {'task': config.task, 'model': label, 'head': config.model.head,
                'seed': int(seed), 'num_params': num_params, 'steps': config.num_train_steps,
-               'test_majority_rate': majority_rate(data.splits['test']['targets'])}
+               'test_majority_rate': majority_rate(data.splits['test']['targets']),
+               'data': data.source}
     for name, (val, test) in sections.items():
       results[name] = checkpoint_metrics(
           config.num_train_steps if name == 'last' else bests[i]['step'], val, test, i)

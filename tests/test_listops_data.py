@@ -86,8 +86,11 @@ def test_generation_is_seeded(small_set, tmp_path):
     assert (tmp_path / 'other' / name).read_bytes() != (small_set / name).read_bytes()
 
 
-def test_generation_leaves_no_temp_files(small_set):
-  assert sorted(p.name for p in small_set.iterdir()) == sorted(FILES)
+def test_generation_leaves_no_temp_files_and_marks_its_set(small_set):
+  assert sorted(p.name for p in small_set.iterdir()) == sorted(FILES + ('generated.json',))
+  record = listops.generation_record(small_set)
+  settings = {key: value for key, value in SMALL.items() if key != 'progress'}
+  assert record['settings'] == {**settings, 'seed': 0}
 
 
 def test_reader_first_line_blank_is_a_bad_row(tmp_path):
@@ -107,7 +110,8 @@ def test_reader_exact_ids_padding_and_truncation(tmp_path):
                '( ( ( [MAX 2 ) 9 ) ] )\t9\n'
                '( ( ( ( [SM ( ( ( [MIN 5 ) 3 ) ] ) ) 8 ) 0 ) ] )\t1\n'
                '4\t4\n')
-  inputs, targets = listops.read_listops_tsv(path, max_length=6)
+  inputs, targets, num_truncated = listops.read_listops_tsv(path, max_length=6)
+  assert num_truncated == 1  # only the second row has more than 6 tokens
   assert inputs.dtype == np.int32 and targets.dtype == np.int32
   assert inputs.shape == (3, 6)
   np.testing.assert_array_equal(targets, [9, 1, 4])
@@ -120,13 +124,13 @@ def test_reader_exact_ids_padding_and_truncation(tmp_path):
 
 def test_reader_without_header(tmp_path):
   path = write(tmp_path / 'plain.tsv', '( ( ( [MIN 2 ) 9 ) ] )\t2')  # no final newline either
-  inputs, targets = listops.read_listops_tsv(path, max_length=5)
+  inputs, targets, _ = listops.read_listops_tsv(path, max_length=5)
   np.testing.assert_array_equal(inputs, [ids('[MIN', '2', '9', ']') + [0]])
   np.testing.assert_array_equal(targets, [2])
 
 
 def test_reader_round_trips_generated_files(small_set):
-  inputs, targets = listops.read_listops_tsv(small_set / 'basic_train.tsv', max_length=100)
+  inputs, targets, _ = listops.read_listops_tsv(small_set / 'basic_train.tsv', max_length=100)
   rows = read_rows(small_set / 'basic_train.tsv')
   np.testing.assert_array_equal(targets, [int(label) for _, label in rows])
   for row, (expression, _) in zip(inputs, rows):
@@ -169,8 +173,10 @@ def test_reader_missing_file_says_how_to_fix(tmp_path):
 def make_config(data_dir, max_length=64):
   config = ml_collections.ConfigDict()
   config.data_dir = str(data_dir)
+  config.data_source = 'generated'
   config.dataset_name = 'listops-quick'
   config.max_length = max_length
+  config.max_truncated_fraction = 1.0  # generated up to 100 tokens, read at 64
   config.seed = 123  # the training seed; must not matter to the data
   config.listops = ml_collections.ConfigDict(dict(
       num_train=40, num_val=8, num_test=8, min_length=10, max_length=100, max_depth=6,
@@ -182,7 +188,7 @@ def test_load_generates_then_uses_cache(tmp_path, monkeypatch):
   config = make_config(tmp_path)
   data = listops.load_listops(config)
   folder = tmp_path / 'listops-quick'
-  assert sorted(p.name for p in folder.iterdir()) == sorted(FILES + ('cache_len64.npz',))
+  assert sorted(p.name for p in folder.iterdir()) == sorted(FILES + ('cache_len64.npz', 'generated.json'))
   assert (data.vocab_size, data.num_classes, data.max_length) == (16, 10, 64)
   assert set(data.splits) == {'train', 'validation', 'test'}
   for split, count in (('train', 40), ('validation', 8), ('test', 8)):
@@ -232,4 +238,4 @@ def test_load_refuses_partial_set(tmp_path):
   message = str(error.value)
   assert 'basic_val.tsv' in message and 'basic_test.tsv' in message
   assert 'basic_train.tsv' not in message.split('lacks')[1].split('but')[0]
-  assert sorted(p.name for p in folder.iterdir()) == ['basic_train.tsv']
+  assert sorted(p.name for p in folder.iterdir()) == ['basic_train.tsv', 'generated.json']

@@ -232,7 +232,9 @@ def make_config(root, **pathfinder_settings):
   settings = dict(resolution=32, difficulty='hard', skip_bad_images=False,
                   generate_if_missing=False, num_images=40, seed=0)
   settings.update(pathfinder_settings)
-  return ml_collections.ConfigDict({'data_dir': str(root), 'pathfinder': settings})
+  return ml_collections.ConfigDict({'data_dir': str(root), 'data_source': 'auto',
+                                    'dataset_name': 'pathfinder-generated',
+                                    'pathfinder': settings})
 
 
 def test_reader_returns_exact_pixels_and_labels_in_numeric_batch_order(tmp_path):
@@ -335,16 +337,33 @@ def test_loader_generates_when_missing_if_allowed(tmp_path):
                                                 num_images=40, seed=0))
   assert [len(data.splits[s]['targets']) for s in ('train', 'validation', 'test')] == [32, 4, 4]
   assert data.splits['train']['inputs'].shape == (32, 1024)
-  assert (tmp_path / FOLDER / gen.RECORD_FILE).exists()
+  # Generated sets live under dataset_name, never where the release keeps pathfinder32/.
+  assert (tmp_path / 'pathfinder-generated' / FOLDER / gen.RECORD_FILE).exists()
+  assert not (tmp_path / 'pathfinder32').exists()
+  assert data.source['source'] == 'generated' and data.source['generator']['seed'] == 0
   expected = gen.make_pathfinder_image(32, 'hard', seed=0, batch=0, index=0)
   np.testing.assert_array_equal(data.splits['train']['inputs'][0], expected.image.reshape(-1))
 
 
 def test_loader_refuses_an_unfinished_generation_unless_allowed(tmp_path):
-  gen.generate_pathfinder(tmp_path, num_images=20, images_per_batch=10, num_workers=1,
+  set_root = tmp_path / 'pathfinder-generated'
+  gen.generate_pathfinder(set_root, num_images=20, images_per_batch=10, num_workers=1,
                           progress=False)
-  (tmp_path / FOLDER / 'metadata' / '1.npy').unlink()
+  (set_root / FOLDER / 'metadata' / '1.npy').unlink()
+  settings = dict(num_images=20, images_per_batch=10)
   with pytest.raises(base.DataError, match='unfinished generation'):
-    pathfinder.load_pathfinder(make_config(tmp_path))
-  data = pathfinder.load_pathfinder(make_config(tmp_path, generate_if_missing=True))
+    pathfinder.load_pathfinder(make_config(tmp_path, **settings))
+  data = pathfinder.load_pathfinder(make_config(tmp_path, generate_if_missing=True, **settings))
   assert sum(len(s['targets']) for s in data.splits.values()) == 20
+  # Other generation settings than the set was made with: refused, not silently the old set.
+  with pytest.raises(base.DataError, match='was generated with'):
+    pathfinder.load_pathfinder(make_config(tmp_path, num_images=20, images_per_batch=10, seed=1))
+
+
+def test_release_position_holding_generated_data_is_not_called_release(tmp_path):
+  gen.generate_pathfinder(tmp_path, num_images=10, images_per_batch=10, num_workers=1,
+                          progress=False)  # an old version's habit: generated into pathfinder32/
+  config = make_config(tmp_path)
+  config.data_source = 'release'
+  with pytest.raises(base.DataError, match='must not pass for the release'):
+    pathfinder.load_pathfinder(config)

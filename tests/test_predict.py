@@ -148,7 +148,7 @@ def test_text_and_retrieval_ids_equal_the_readers(tmp_path):
   folder.mkdir()
   pair = ('first paper \u00fcber alles ' * 600, 'the second')  # over 10000 bytes: cut first
   (folder / 'pairs.tsv').write_text(f'1.0\tA\tB\t{pair[0]}\t{pair[1]}\n', encoding='utf-8')
-  expected = retrieval.read_aan_tsv(folder / 'pairs.tsv', 12000)
+  expected, _ = retrieval.read_aan_tsv(folder / 'pairs.tsv', 12000)
   batch = predict.encode_inputs(task_config('retrieval', max_length=12000), [pair])
   for name in ('inputs1', 'inputs2'):
     np.testing.assert_array_equal(batch[name], expected[name])

@@ -172,3 +172,46 @@ def test_published_averages_match_their_rows():
     if row.average_no_retrieval is not None:
       rest = [v for t, v in row.accuracy.items() if t != 'retrieval']
       assert row.average_no_retrieval == pytest.approx(statistics.fmean(rest), abs=0.0101)
+
+
+GENERATED = {'source': 'generated', 'path': '/data/listops-generated',
+             'generator': {'generator': 'lra_luna.datasets.listops',
+                           'settings': {'num_train': 96000, 'seed': 0}},
+             'examples': {'train': 96000, 'validation': 2000, 'test': 2000}}
+RELEASE = {'source': 'release', 'path': '/data/listops-1000',
+           'examples': {'train': 96000, 'validation': 2000, 'test': 2000}}
+
+
+def set_data(workdir, data):
+  path = workdir / 'results.json'
+  path.write_text(json.dumps({**json.loads(path.read_text()), 'data': data}))
+
+
+def test_tables_say_which_data_and_refuse_mixed_data(sweep, tmp_path):
+  listops_runs = sorted(sweep.glob('listops/*/*/seed*'))
+  for workdir in listops_runs:
+    set_data(workdir, GENERATED)
+  report.make_report(sweep, out_dir=tmp_path / 'out')
+  table = (tmp_path / 'out' / 'table1.md').read_text()
+  assert 'ListOps: generated (num_train 96000, seed 0)' in table
+  assert 'Text: not recorded' in table
+  # One seed on the release, the others on generated data: no table averages the two.
+  set_data(listops_runs[0], RELEASE)
+  with pytest.raises(ValueError, match='listops runs read different data'):
+    report.make_report(sweep, out_dir=tmp_path / 'out2')
+  # The same data at another path (another machine) is the same data.
+  for workdir in listops_runs:
+    set_data(workdir, {**GENERATED, 'path': f'/elsewhere/{workdir.name}'})
+  report.make_report(sweep, out_dir=tmp_path / 'out3')
+
+
+def test_unreadable_or_foreign_results_name_the_file(sweep, capsys):
+  bad = sweep / 'text' / 'luna16' / 'cls' / 'seed0' / 'results.json'
+  bad.write_text('{"task": "text"')
+  assert report.main([str(sweep)]) == 1
+  assert f'{bad}: not valid JSON' in capsys.readouterr().err
+  bad.write_text('{"accuracy": 0.5}')
+  assert report.main([str(sweep)]) == 1
+  assert f'{bad}: no task, model, head, seed field' in capsys.readouterr().err
+  assert report.main([str(sweep / 'nope')]) == 1
+  assert 'is not a folder' in capsys.readouterr().err

@@ -219,12 +219,19 @@ def test_retrieval_exact_ids_labels_and_lengths(tmp_path):
           arrays[key], [expected_text_ids(row[column].encode(), 12) for row in AAN_ROWS])
   assert data.splits['train']['inputs1'][1, :6].tolist() == [100, 98, 103, 196, 170, 33]
   assert (tmp_path / 'aan' / 'cache_len12.npz').exists()
+  # 'cites the second' and 'a' * 30 are longer than 12 bytes: 2 of 8 documents per split.
+  assert data.source['source'] == 'release'
+  assert data.source['truncated_documents'] == {'train': 2, 'validation': 2, 'test': 2}
+  config.max_truncated_fraction = 0.2  # 25% are cut: refused, also from the cache
+  with pytest.raises(base.DataError, match=r'2 of 8 train examples \(25.0%\)'):
+    retrieval.load_retrieval(config)
 
 
 def test_retrieval_cuts_texts_to_10000_bytes_first(tmp_path):
   path = tmp_path / 'long.tsv'
   path.write_text('1.0\ta\tb\t' + 'y' * 10010 + '\tshort\n', encoding='utf-8')
-  arrays = retrieval.read_aan_tsv(path, max_length=10005)
+  arrays, num_truncated = retrieval.read_aan_tsv(path, max_length=10005)
+  assert num_truncated == 0  # LRA's 10000-byte cut comes first and is not counted
   assert (arrays['inputs1'][0] > 0).sum() == 10000  # LRA's cut, before max_length
   assert (arrays['inputs2'][0] > 0).sum() == 5
 
@@ -247,8 +254,12 @@ def test_retrieval_bad_rows_name_file_and_line(tmp_path, line, what):
 def test_retrieval_missing_or_empty_files(tmp_path):
   config = task_config('retrieval', 'luna16,quick')
   config.data_dir = str(tmp_path)
-  with pytest.raises(base.DataError, match=r'new_aan_pairs.train.tsv not found.*'
+  with pytest.raises(base.DataError, match=r'new_aan_pairs.train.tsv, .* not found.*'
                                            r'data/import_lra_release.py'):
+    retrieval.load_retrieval(config)
+  # The raw release under the data root: the message says where the files are.
+  write_aan(tmp_path / 'lra_release' / 'tsv_data', rows=AAN_ROWS)
+  with pytest.raises(base.DataError, match=r'Found .*lra_release/tsv_data/new_aan_pairs.train'):
     retrieval.load_retrieval(config)
   write_aan(tmp_path / 'aan', rows=[])
   with pytest.raises(base.DataError, match=r'new_aan_pairs.train.tsv: no examples'):
@@ -256,8 +267,8 @@ def test_retrieval_missing_or_empty_files(tmp_path):
 
 
 def test_same_seed_same_batches(tmp_path):
-  arrays = retrieval.read_aan_tsv(write_aan(tmp_path / 'aan', rows=AAN_ROWS * 3) /
-                                  'new_aan_pairs.train.tsv', max_length=8)
+  arrays, _ = retrieval.read_aan_tsv(write_aan(tmp_path / 'aan', rows=AAN_ROWS * 3) /
+                                     'new_aan_pairs.train.tsv', max_length=8)
 
   def batches(seed):
     iterator = input_pipeline.train_iterator(arrays, 4, seed, process_index=0, process_count=1)
@@ -310,9 +321,9 @@ def test_import_lra_release_from_a_nested_tree(tmp_path, copy):
   assert f'another copy of pathfinder32/curv_contour_length_14 at {release}' in output
   # The readers take the imported files as they are.
   np.testing.assert_array_equal(
-      retrieval.read_aan_tsv(data_root / 'aan' / 'new_aan_pairs.train.tsv', 8)['targets'],
+      retrieval.read_aan_tsv(data_root / 'aan' / 'new_aan_pairs.train.tsv', 8)[0]['targets'],
       [1, 0, 0, 1])
-  _, targets = listops.read_listops_tsv(data_root / 'listops-1000' / 'basic_test.tsv', 4)
+  _, targets, _ = listops.read_listops_tsv(data_root / 'listops-1000' / 'basic_test.tsv', 4)
   assert targets.tolist() == [9]
   # A second run changes nothing and says so.
   again = subprocess.run(command, check=True, capture_output=True, text=True).stdout

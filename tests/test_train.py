@@ -188,12 +188,12 @@ def test_batch_that_does_not_divide_devices_is_refused(data_dir, tmp_path, monke
 
 
 def test_cli_reports_bad_input_in_one_line(data_dir, tmp_path):
-  bad = tmp_path / 'bad_data' / 'listops-quick'
+  bad = tmp_path / 'bad_data' / 'listops-1000'
   bad.mkdir(parents=True)
   for name in ('basic_train.tsv', 'basic_val.tsv', 'basic_test.tsv'):
     (bad / name).write_text('Source\tTarget\n( [MAX 2 9 ] )\t9\n( [MAX 2 9 ] )\n')
-  proc = subprocess.run(cli_args(tmp_path / 'bad_data', tmp_path / 'run'), env=run_env(),
-                        capture_output=True, text=True)
+  proc = subprocess.run(cli_args(tmp_path / 'bad_data', tmp_path / 'run', data_source='release'),
+                        env=run_env(), capture_output=True, text=True)
   assert proc.returncode != 0
   assert 'basic_train.tsv' in proc.stderr and 'line 3' in proc.stderr
   assert 'Traceback' not in proc.stderr

@@ -55,15 +55,17 @@ def load_image(config) -> base.TaskData:
     raise ValueError(f'config.max_length must be {NUM_PIXELS} (32 x 32 pixels) for the image '
                      f'task, got {config.max_length}.')
 
-  def build() -> dict:
+  def build() -> tuple[dict, dict]:
     train = _read_cifar10('train', data_dir)
     # TFDS's rule for 'train[:90%]' (rounding to the closest example).
     num_train = round(TRAIN_PERCENT * len(train['targets']) / 100)
     return {'train': {k: a[:num_train] for k, a in train.items()},
             'validation': {k: a[num_train:] for k, a in train.items()},
-            'test': _read_cifar10('test', data_dir)}
+            'test': _read_cifar10('test', data_dir)}, {}
 
   cache_path = base.data_root(config.data_dir) / config.dataset_name / 'cache_gray.npz'
-  splits = base.cached_split_arrays(cache_path, build, sources=[data_dir / TFDS_NAME])
+  splits, info = base.cached_split_arrays(cache_path, build, sources=[data_dir / TFDS_NAME])
+  examples = {split: len(arrays['targets']) for split, arrays in splits.items()}
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
-                       max_length=NUM_PIXELS)
+                       max_length=NUM_PIXELS,
+                       source=tfds_source.describe(TFDS_NAME, data_dir, examples, info))

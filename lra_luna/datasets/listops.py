@@ -4,6 +4,7 @@ An expression such as MAX(2, 9) is printed as in the LRA release, `( ( ( [MAX 2 
 reader drops the parentheses, as LRA did, but keeps `]`, whose position carries the tree structure.
 """
 
+import json
 import os
 import pathlib
 
@@ -25,8 +26,13 @@ NUM_CLASSES = 10
 
 HEADER = 'Source\tTarget'
 SPLIT_FILES = {'train': 'basic_train.tsv', 'validation': 'basic_val.tsv', 'test': 'basic_test.tsv'}
+RELEASE_FOLDER = 'listops-1000'  # the release's folder name, and where the import script links it
 GENERATE_HINT = ('run `python data/generate_listops.py` or point --config.data_dir at the LRA '
                  'release (the folder holding listops-1000/)')
+RELEASE_HINT = ('import the LRA release with `python data/import_lra_release.py <unpacked '
+                'lra_release folder>` (it links listops-1000/ into the data root), point '
+                '--config.data_dir at a root holding listops-1000/, or train on generated data '
+                'with --config.data_source=generated')
 
 OPERATOR_PROBABILITY = 0.25  # below the maximum depth, a node is an operator this often
 MIN_ARGS = 2
@@ -194,6 +200,12 @@ def generate_listops(out_dir, *, num_train: int = 96000, num_val: int = 2000,
   for split, (start, stop) in bounds.items():
     paths[split] = out_dir / SPLIT_FILES[split]
     _write_tsv_atomically(paths[split], rows[start:stop])
+  # Last, so that only a finished set is marked; the marker tells generated data from a release.
+  settings = dict(num_train=num_train, num_val=num_val, num_test=num_test, min_length=min_length,
+                  max_length=max_length, max_depth=max_depth, max_args=max_args, seed=seed)
+  (out_dir / base.GENERATED_MARKER).write_text(
+      json.dumps({'generator': 'lra_luna.datasets.listops', 'settings': settings}, indent=1),
+      encoding='utf-8')
   return paths
 
 
@@ -203,8 +215,33 @@ def token_ids(expression: str) -> list[int]:
   return [TOKEN_IDS[t] for t in expression.split() if t not in PARENTHESES]
 
 
+def generation_record(folder) -> dict | None:
+  """What our generator recorded in `folder` ({'generator', 'settings'}), or None."""
+  path = pathlib.Path(folder) / base.GENERATED_MARKER
+  if not path.is_file():
+    return None
+  try:
+    return json.loads(path.read_text(encoding='utf-8'))
+  except (OSError, ValueError) as e:
+    raise base.DataError(f'{path}: unreadable generation record ({e}); delete the folder '
+                         f'{folder} to generate it anew.') from None
+
+
+def _text_lines(path: pathlib.Path):
+  """(line number, line) of a UTF-8 text file; DataError naming the line that is not UTF-8."""
+  with open(path, 'rb') as f:  # decoded line by line, so that an error names its line
+    for line_number, raw in enumerate(f, start=1):
+      try:
+        yield line_number, raw.decode('utf-8')
+      except UnicodeDecodeError as e:
+        raise base.DataError(f'{path}, line {line_number}: not UTF-8 text ({e.reason} at byte '
+                             f'{e.start} of the line); ListOps files are UTF-8 TSVs as in the '
+                             f'LRA release: re-export or regenerate this file.') from None
+
+
 def read_listops_tsv(path, max_length: int) -> tuple:
-  """Reads one LRA ListOps TSV into (inputs int32 [N, max_length], targets int32 [N]).
+  """Reads one LRA ListOps TSV into (inputs int32 [N, max_length], targets int32 [N], number of
+  examples longer than max_length).
 
   Parentheses are dropped, other tokens mapped through VOCAB, then truncated and padded with 0.
   """
@@ -213,70 +250,124 @@ def read_listops_tsv(path, max_length: int) -> tuple:
     raise base.DataError(f'ListOps file {path} not found; {GENERATE_HINT}.')
   # Two passes over the file (count, then parse) keep memory at the output arrays: the full
   # train split is 600+ MB of text.
-  with open(path, encoding='utf-8') as f:
-    first_line = f.readline()  # '' only at the end of the file
-    has_header = first_line.rstrip('\r\n') == HEADER
-    num_rows = int(bool(first_line) and not has_header) + sum(1 for _ in f)
+  num_lines, has_header = 0, False
+  for line_number, line in _text_lines(path):
+    num_lines = line_number
+    has_header = has_header or (line_number == 1 and line.rstrip('\r\n') == HEADER)
+  num_rows = num_lines - has_header
   if num_rows == 0:
     raise base.DataError(f'{path}: no examples (an empty file?); {GENERATE_HINT}.')
   inputs = np.zeros((num_rows, max_length), np.int32)
   targets = np.zeros(num_rows, np.int32)
-  with open(path, encoding='utf-8') as f:
-    rows = enumerate(f, start=1)
-    if has_header:
-      next(rows)
-    for i, (line_number, line) in enumerate(rows):
-      columns = line.rstrip('\r\n').split('\t')
-      if len(columns) != 2:
-        raise base.DataError(f'{path}, line {line_number}: expected 2 tab-separated columns '
-                             f'(expression, label), found {len(columns)}.')
-      expression, label = columns
-      label = label.strip()
-      if not (label.isascii() and label.isdigit() and int(label) < NUM_CLASSES):
-        raise base.DataError(f'{path}, line {line_number}: label {label!r} is not an integer '
-                             f'in 0..{NUM_CLASSES - 1}.')
-      try:
-        ids = token_ids(expression)
-      except KeyError as e:
-        raise base.DataError(f'{path}, line {line_number}: unknown token {e.args[0]!r} '
-                             f'(known: {" ".join(VOCAB[1:])} and parentheses).') from None
-      ids = ids[:max_length]
-      inputs[i, :len(ids)] = ids
-      targets[i] = int(label)
-  return inputs, targets
+  num_truncated = 0
+  rows = _text_lines(path)
+  if has_header:
+    next(rows)
+  for i, (line_number, line) in enumerate(rows):
+    columns = line.rstrip('\r\n').split('\t')
+    if len(columns) != 2:
+      raise base.DataError(f'{path}, line {line_number}: expected 2 tab-separated columns '
+                           f'(expression, label), found {len(columns)}.')
+    expression, label = columns
+    label = label.strip()
+    if not (label.isascii() and label.isdigit() and int(label) < NUM_CLASSES):
+      raise base.DataError(f'{path}, line {line_number}: label {label!r} is not an integer '
+                           f'in 0..{NUM_CLASSES - 1}.')
+    try:
+      ids = token_ids(expression)
+    except KeyError as e:
+      raise base.DataError(f'{path}, line {line_number}: unknown token {e.args[0]!r} '
+                           f'(known: {" ".join(VOCAB[1:])} and parentheses).') from None
+    num_truncated += len(ids) > max_length
+    ids = ids[:max_length]
+    inputs[i, :len(ids)] = ids
+    targets[i] = int(label)
+  return inputs, targets, num_truncated
 
 
-def load_listops(config) -> base.TaskData:
-  """ListOps as TaskData; generates the TSVs first if none exist, caches arrays per max_length.
+def generator_settings(config) -> dict:
+  """The generator settings of config.listops, as generate_listops records them."""
+  keys = ('num_train', 'num_val', 'num_test', 'min_length', 'max_length', 'max_depth',
+          'max_args', 'seed')
+  return {key: int(config.listops[key]) for key in keys}
 
-  config: data_dir ('' for the default root), dataset_name (folder under the root, e.g.
-  'listops-1000' as in the LRA release), max_length, and listops.* (generator settings, used
-  only when generating). config.seed is the training seed and does not touch the data.
-  """
-  folder = base.data_root(config.data_dir) / config.dataset_name
-  paths = {split: folder / name for split, name in SPLIT_FILES.items()}
-  missing = [path.name for path in paths.values() if not path.exists()]
-  if len(missing) == len(paths):
-    print(f'ListOps: no data in {folder}; generating it (lra.md §2).', flush=True)
-    settings = config.listops
-    generate_listops(folder, num_train=settings.num_train, num_val=settings.num_val,
-                     num_test=settings.num_test, min_length=settings.min_length,
-                     max_length=settings.max_length, max_depth=settings.max_depth,
-                     max_args=settings.max_args, seed=settings.seed, progress=True)
-  elif missing:
+
+def _generated_folder(config, root: pathlib.Path) -> pathlib.Path:
+  """<root>/<dataset_name>, holding our generator's set for config.listops (made if missing)."""
+  if not config.dataset_name:
+    raise base.DataError('config.dataset_name is empty; it names the folder of the generated '
+                         'ListOps set under the data root (e.g. listops-generated).')
+  folder = root / config.dataset_name
+  base.check_generation_target(root, folder, RELEASE_FOLDER, 'ListOps')
+  settings = generator_settings(config)
+  present = [name for name in SPLIT_FILES.values() if (folder / name).exists()]
+  if not present:
+    print(f'ListOps: no data in {folder}; generating it (lra.md §2) with {settings}.', flush=True)
+    base.make_folder(folder)
+    generate_listops(folder, progress=True, **settings)
+    return folder
+  if len(present) < len(SPLIT_FILES):
     # Never regenerate over a user's files: half a set is their mistake to look at.
+    missing = sorted(set(SPLIT_FILES.values()) - set(present))
     raise base.DataError(f'ListOps folder {folder} lacks {", ".join(missing)} but has the other '
                          f'split files; restore them, or empty the folder to regenerate '
                          f'(or {GENERATE_HINT}).')
+  record = generation_record(folder)
+  if record is None:
+    raise base.DataError(
+        f'{folder} holds ListOps files that our generator did not mark as its own (no '
+        f'{base.GENERATED_MARKER}), so they cannot be reported as generated data. Delete the '
+        f'folder to generate it anew, or put release files in <data root>/{RELEASE_FOLDER} and '
+        f'use --config.data_source=release.')
+  if record.get('settings') != settings:
+    raise base.DataError(
+        f'{folder} was generated with {record.get("settings")}, but the config asks for '
+        f'{settings} (config.listops). Set --config.dataset_name to another folder for these '
+        f'settings, or delete {folder} to regenerate it.')
+  return folder
 
-  def build() -> dict:
-    splits = {}
+
+def load_listops(config) -> base.TaskData:
+  """ListOps as TaskData, from the LRA release or our generator, arrays cached per max_length.
+
+  config: data_dir ('' for the default root), data_source ('release': <root>/listops-1000, as
+  the import script places it; 'generated': <root>/<dataset_name>, generated on first use with
+  config.listops and marked by generated.json; 'auto': the release if it is there, else
+  generated), max_length, max_truncated_fraction. config.seed is the training seed and does not
+  touch the data.
+  """
+  root = base.data_root(config.data_dir)
+  release = root / RELEASE_FOLDER
+  source = config.data_source
+  if source == 'auto':
+    has_release = any((release / name).exists() for name in SPLIT_FILES.values())
+    source = 'release' if has_release else 'generated'
+  if source == 'release':
+    folder = release
+    missing = [name for name in SPLIT_FILES.values() if not (folder / name).is_file()]
+    if missing:
+      raise base.DataError(f'ListOps release files {", ".join(missing)} not found in {folder}.'
+                           f'{base.nested_release_hint(root, RELEASE_FOLDER)} To get them, '
+                           f'{RELEASE_HINT}.')
+    description = {'source': 'release', 'path': str(folder.resolve())}
+  else:
+    folder = _generated_folder(config, root)
+    description = {'source': 'generated', 'path': str(folder.resolve()),
+                   'generator': generation_record(folder)}
+  paths = {split: folder / name for split, name in SPLIT_FILES.items()}
+
+  def build() -> tuple[dict, dict]:
+    splits, truncated = {}, {}
     for split, path in paths.items():
-      inputs, targets = read_listops_tsv(path, config.max_length)
+      inputs, targets, truncated[split] = read_listops_tsv(path, config.max_length)
       splits[split] = {'inputs': inputs, 'targets': targets}
-    return splits
+    return splits, {'truncated': truncated}
 
-  splits = base.cached_split_arrays(folder / f'cache_len{config.max_length}.npz', build,
-                                     sources=paths.values())
+  splits, info = base.cached_split_arrays(folder / f'cache_len{config.max_length}.npz', build,
+                                           sources=paths.values())
+  examples = {split: len(arrays['targets']) for split, arrays in splits.items()}
+  base.check_truncation(config, info['truncated'], examples, f'ListOps ({folder})')
+  print(f'ListOps: {description["source"]} data from {folder}.', flush=True)
   return base.TaskData(splits=splits, vocab_size=len(VOCAB), num_classes=NUM_CLASSES,
-                       max_length=config.max_length)
+                       max_length=config.max_length,
+                       source={**description, 'examples': examples, **info})

@@ -42,18 +42,13 @@ def generate_command(resolution: int, difficulty: str) -> str:
 def _missing_folder_error(root: pathlib.Path, folder: pathlib.Path, resolution: int,
                           difficulty: str) -> base.DataError:
   """A DataError that says how to get the data, and where a release copy may be hiding."""
-  hint = ''
-  # The release tar nests lra_release/ inside lra_release/ (lra.md §1).
-  for nested in ('lra_release', 'lra_release/lra_release'):
-    candidate = root / nested / f'pathfinder{resolution}'
-    if candidate.is_dir():
-      hint = f' Found {candidate}: point --config.data_dir at {candidate.parent}.'
-      break
+  hint = base.nested_release_hint(root, folder.relative_to(root))
   command = generate_command(resolution, difficulty)
   return base.DataError(
-      f'No Pathfinder data at {folder}.{hint} Generate it with `{command}` (add --out_root '
-      f'{root} if that is not the default data root), or point --config.data_dir at the folder '
-      f'that holds pathfinder{resolution}/ from the LRA release.')
+      f'No Pathfinder data at {folder}.{hint} Import the LRA release with `python '
+      f'data/import_lra_release.py <unpacked lra_release folder>`, point --config.data_dir at '
+      f'a root holding the release\'s pathfinder{resolution}/, or train on generated data with '
+      f'--config.data_source=generated (made by `{command}`).')
 
 
 def _metadata_files(folder: pathlib.Path) -> list:
@@ -185,66 +180,104 @@ def split_in_file_order(inputs: np.ndarray, targets: np.ndarray) -> dict:
           for split, (a, b) in bounds.items()}
 
 
-def _ensure_data(root: pathlib.Path, settings) -> None:
-  """Generates or finishes our generated set when allowed; else says how to."""
-  resolution, difficulty = int(settings.resolution), settings.difficulty
+def _release_folder(root: pathlib.Path, resolution: int, difficulty: str) -> pathlib.Path:
+  """<root>/pathfinder<res>/<difficulty folder>: the release's set, read as it is."""
   folder = generator.dataset_folder(root, resolution, difficulty)
-  allowed = bool(settings.get('generate_if_missing', False))
-  record = generator.read_record(folder)
-  if record is not None:  # our generator wrote here: resume a killed run with its settings
-    todo = generator.missing_batches(folder, record)
-    if not todo:
-      return
-    if not allowed:
-      raise base.DataError(
-          f'{folder} holds an unfinished generation ({len(todo)} batches missing). Resume it '
-          f'with `{generate_command(resolution, difficulty)} --num_images '
-          f'{record["num_images"]} --images_per_batch {record["images_per_batch"]} --seed '
-          f'{record["seed"]} --out_root {root}`.')
-    print(f'Pathfinder: resuming the generation in {folder}.', flush=True)
-    generator.generate_pathfinder(
-        root, resolution=resolution, difficulty=difficulty, num_images=record['num_images'],
-        images_per_batch=record['images_per_batch'], seed=record['seed'], progress=True)
-    return
-  if any((folder / 'metadata').glob('*.npy')):
-    return  # someone else's set, e.g. the LRA release: read as is
-  if not allowed:
+  if not any((folder / 'metadata').glob('*.npy')):
     raise _missing_folder_error(root, folder, resolution, difficulty)
-  print(f'Pathfinder: no data in {folder}; generating it (lra.md §2).', flush=True)
-  generator.generate_pathfinder(
-      root, resolution=resolution, difficulty=difficulty,
-      num_images=int(settings.get('num_images', 200000)),
-      images_per_batch=int(settings.get('images_per_batch', 1000)),
-      seed=int(settings.get('seed', 0)), progress=True)
+  if generator.read_record(folder) is not None:
+    raise base.DataError(
+        f'{folder} is where the LRA release keeps pathfinder{resolution}, but our generator '
+        f'made it ({generator.RECORD_FILE}); generated data must not pass for the release. Move '
+        f'{root / f"pathfinder{resolution}"} to {root / "pathfinder-generated"}/ (the folder of '
+        f'generated sets, config.dataset_name) or delete it.')
+  return folder
+
+
+def _generated_folder(root: pathlib.Path, config) -> pathlib.Path:
+  """<root>/<dataset_name>/pathfinder<res>/<difficulty folder>: our generator's set for
+  config.pathfinder, generated (or finished) here when generate_if_missing allows it."""
+  settings = config.pathfinder
+  resolution, difficulty = int(settings.resolution), settings.difficulty
+  if not config.dataset_name:
+    raise base.DataError('config.dataset_name is empty; it names the folder of generated '
+                         'Pathfinder sets under the data root (e.g. pathfinder-generated).')
+  set_root = root / config.dataset_name
+  folder = generator.dataset_folder(set_root, resolution, difficulty)
+  base.check_generation_target(root, folder, folder.relative_to(set_root), 'Pathfinder')
+  wanted = {'num_images': int(settings.get('num_images', 200000)),
+            'images_per_batch': int(settings.get('images_per_batch', 1000)),
+            'seed': int(settings.get('seed', 0))}
+  command = (f'{generate_command(resolution, difficulty)} --num_images {wanted["num_images"]} '
+             f'--images_per_batch {wanted["images_per_batch"]} --seed {wanted["seed"]} '
+             f'--out_root {set_root}')
+  record = generator.read_record(folder)
+  if record is None and any((folder / 'metadata').glob('*.npy')):
+    raise base.DataError(f'{folder} holds Pathfinder data that our generator did not write (no '
+                         f'{generator.RECORD_FILE}), so it cannot be reported as generated data. '
+                         f'Delete it to generate it anew, or use release data with '
+                         f'--config.data_source=release.')
+  if record is not None:
+    recorded = {key: record[key] for key in wanted}
+    if recorded != wanted:
+      raise base.DataError(
+          f'{folder} was generated with {recorded}, but the config asks for {wanted} '
+          f'(config.pathfinder). Set --config.dataset_name to another folder for these '
+          f'settings, or delete {folder} to regenerate it.')
+    if not generator.missing_batches(folder, record):
+      return folder
+  if not bool(settings.get('generate_if_missing', False)):
+    state = 'an unfinished generation' if record is not None else 'no data'
+    raise base.DataError(f'{folder} holds {state}. Generate it with `{command}`, or point '
+                         f'--config.data_dir at a root holding the LRA release\'s '
+                         f'pathfinder{resolution}/ and use --config.data_source=release.')
+  print(f'Pathfinder: {"resuming the generation" if record else "generating"} in {folder} '
+        f'(lra.md §2) with {wanted}.', flush=True)
+  base.make_folder(set_root)
+  generator.generate_pathfinder(set_root, resolution=resolution, difficulty=difficulty,
+                                progress=True, **wanted)
+  return folder
 
 
 def load_pathfinder(config) -> base.TaskData:
   """Pathfinder as TaskData (inputs uint8 pixel ids, see the module docstring), split 80/10/10.
 
-  config: data_dir ('' for the default root), dataset_name ('' for the full set) and
-  pathfinder.{resolution, difficulty
-  ('easy' | 'intermediate' | 'hard'), skip_bad_images, generate_if_missing, num_images, seed}
-  (num_images and seed are generation settings; config.seed, the training seed, plays no part).
-  Arrays are cached in <root>/pathfinder<res>/<difficulty folder>/cache.npz, rebuilt when any
-  file of that folder changes.
+  config: data_dir ('' for the default root), data_source ('release':
+  <root>/pathfinder<res>/<difficulty folder>, the release layout the import script makes;
+  'generated': <root>/<dataset_name>/pathfinder<res>/<difficulty folder>, made by our generator
+  (generation.json) when pathfinder.generate_if_missing; 'auto': the release if there, else
+  generated), dataset_name and pathfinder.{resolution, difficulty ('easy' | 'intermediate' |
+  'hard'), skip_bad_images, generate_if_missing, num_images, images_per_batch, seed} (generation
+  settings; config.seed, the training seed, plays no part).
+  Arrays are cached in <folder>/cache.npz, rebuilt when any file of that folder changes.
   """
   settings = config.pathfinder
   resolution, difficulty = int(settings.resolution), settings.difficulty
   generator.check_setting(resolution, difficulty)
-  # An optional dataset_name keeps a separate set (the quick configs' small one) under its own
-  # folder of the data root: <root>/<dataset_name>/pathfinder<res>/<difficulty folder>.
-  root = base.data_root(config.data_dir) / config.get('dataset_name', '')
-  folder = generator.dataset_folder(root, resolution, difficulty)
-  cache_path = folder / 'cache.npz'
-  if not cache_path.exists():
-    _ensure_data(root, settings)
+  root = base.data_root(config.data_dir)
+  source = config.data_source
+  if source == 'auto':
+    release = generator.dataset_folder(root, resolution, difficulty)
+    has_release = (any((release / 'metadata').glob('*.npy'))
+                   and generator.read_record(release) is None)
+    source = 'release' if has_release else 'generated'
+  if source == 'release':
+    folder = _release_folder(root, resolution, difficulty)
+    description = {'source': 'release', 'path': str(folder.resolve())}
+  else:
+    folder = _generated_folder(root, config)
+    description = {'source': 'generated', 'path': str(folder.resolve()),
+                   'generator': generator.read_record(folder)}
 
-  def build() -> dict:
-    inputs, targets = read_pathfinder(
-        root, resolution, difficulty,
-        skip_bad_images=bool(settings.get('skip_bad_images', False)), progress=True)
-    return split_in_file_order(inputs, targets)
+  def build() -> tuple[dict, dict]:
+    arrays = read_pathfinder(folder.parents[1], resolution, difficulty,
+                             skip_bad_images=bool(settings.get('skip_bad_images', False)),
+                             progress=True)
+    return split_in_file_order(*arrays), {'skipped_images': len(arrays.skipped)}
 
-  splits = base.cached_split_arrays(cache_path, build, sources=[folder])
+  splits, info = base.cached_split_arrays(folder / 'cache.npz', build, sources=[folder])
+  examples = {split: len(arrays['targets']) for split, arrays in splits.items()}
+  print(f'Pathfinder: {description["source"]} data from {folder}.', flush=True)
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
-                       max_length=resolution * resolution)
+                       max_length=resolution * resolution,
+                       source={**description, 'examples': examples, **info})

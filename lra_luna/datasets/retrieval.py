@@ -56,15 +56,16 @@ def _parse_label(path: pathlib.Path, line_number: int, label: str) -> int:
   return int(value)
 
 
-def encode_text(text: str, max_length: int) -> np.ndarray:
-  """Token ids of one paper's text: its first MAX_TEXT_BYTES UTF-8 bytes, each + 1, at most
-  max_length of them."""
-  return text_lib.byte_ids(text.encode('utf-8', errors='surrogateescape')[:MAX_TEXT_BYTES],
-                           max_length)
+def encode_text(text: str, max_length: int) -> tuple[np.ndarray, bool]:
+  """(token ids, whether max_length cut the text) of one paper's text: its first MAX_TEXT_BYTES
+  UTF-8 bytes, each + 1, at most max_length of them."""
+  data = text.encode('utf-8', errors='surrogateescape')[:MAX_TEXT_BYTES]
+  return text_lib.byte_ids(data, max_length), len(data) > max_length
 
 
-def read_aan_tsv(path, max_length: int) -> dict:
-  """One release TSV -> {'inputs1', 'inputs2': uint16 [N, max_length], 'targets': int32 [N]}."""
+def read_aan_tsv(path, max_length: int) -> tuple[dict, int]:
+  """One release TSV -> ({'inputs1', 'inputs2': uint16 [N, max_length], 'targets': int32 [N]},
+  number of documents (two per pair) longer than max_length after LRA's cut)."""
   path = pathlib.Path(path)
   if not path.is_file():
     raise base.DataError(f'Retrieval file {path} not found; {IMPORT_HINT}.')
@@ -75,16 +76,18 @@ def read_aan_tsv(path, max_length: int) -> dict:
   inputs1 = np.zeros((num_rows, max_length), np.uint16)
   inputs2 = np.zeros((num_rows, max_length), np.uint16)
   targets = np.zeros(num_rows, np.int32)
+  num_truncated = 0
   for i, (line_number, columns) in enumerate(_rows(path)):
     if len(columns) != NUM_COLUMNS:
       raise base.DataError(f'{path}, line {line_number}: expected {NUM_COLUMNS} tab-separated '
                            f'columns (label, id1, id2, text1, text2), found {len(columns)}.')
     label, _, _, text1, text2 = columns
     targets[i] = _parse_label(path, line_number, label)
-    ids1, ids2 = encode_text(text1, max_length), encode_text(text2, max_length)
+    (ids1, cut1), (ids2, cut2) = encode_text(text1, max_length), encode_text(text2, max_length)
     inputs1[i, :len(ids1)] = ids1
     inputs2[i, :len(ids2)] = ids2
-  return {'inputs1': inputs1, 'inputs2': inputs2, 'targets': targets}
+    num_truncated += cut1 + cut2
+  return {'inputs1': inputs1, 'inputs2': inputs2, 'targets': targets}, num_truncated
 
 
 def load_retrieval(config) -> base.TaskData:
@@ -93,14 +96,28 @@ def load_retrieval(config) -> base.TaskData:
   config: data_dir, dataset_name (folder of the three TSVs, 'aan'), max_length.
   Inputs are uint16 (ids up to 256); cast a batch to int32 where a model needs it.
   """
-  folder = base.data_root(config.data_dir) / config.dataset_name
+  root = base.data_root(config.data_dir)
+  folder = root / config.dataset_name
+  missing = [name for name in SPLIT_FILES.values() if not (folder / name).is_file()]
+  if missing:
+    raise base.DataError(f'Retrieval files {", ".join(missing)} not found in {folder}.'
+                         f'{base.nested_release_hint(root, pathlib.Path("tsv_data") / missing[0])}'
+                         f' To get them, {IMPORT_HINT}.')
 
-  def build() -> dict:
-    return {split: read_aan_tsv(folder / name, config.max_length)
-            for split, name in SPLIT_FILES.items()}
+  def build() -> tuple[dict, dict]:
+    splits, truncated = {}, {}
+    for split, name in SPLIT_FILES.items():
+      splits[split], truncated[split] = read_aan_tsv(folder / name, config.max_length)
+    return splits, {'truncated_documents': truncated}
 
-  splits = base.cached_split_arrays(
+  splits, info = base.cached_split_arrays(
       folder / f'cache_len{config.max_length}.npz', build,
       sources=[folder / name for name in SPLIT_FILES.values()])
+  examples = {split: len(arrays['targets']) for split, arrays in splits.items()}
+  # Two documents per example: the share of documents cut is what max_truncated_fraction bounds.
+  base.check_truncation(config, info['truncated_documents'],
+                        {split: 2 * n for split, n in examples.items()}, f'Retrieval ({folder})')
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
-                       max_length=config.max_length)
+                       max_length=config.max_length,
+                       source={'source': 'release', 'path': str(folder.resolve()),
+                               'examples': examples, **info})

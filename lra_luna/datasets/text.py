@@ -30,11 +30,13 @@ def encode_bytes(texts, max_length: int) -> np.ndarray:
   return ids
 
 
-def _read_imdb(split: str, data_dir, max_length: int) -> dict:
+def _read_imdb(split: str, data_dir, max_length: int) -> tuple[dict, int]:
+  """({'inputs', 'targets'} of a TFDS split, number of reviews longer than max_length bytes)."""
   batches = tfds_source.read_tfds_split(TFDS_NAME, split, data_dir)
   texts = [text for batch in batches for text in batch['text']]
   labels = np.concatenate([batch['label'] for batch in batches]).astype(np.int32)
-  return {'inputs': encode_bytes(texts, max_length), 'targets': labels}
+  num_truncated = sum(len(text) > max_length for text in texts)
+  return {'inputs': encode_bytes(texts, max_length), 'targets': labels}, num_truncated
 
 
 def load_text(config) -> base.TaskData:
@@ -56,21 +58,29 @@ def load_text(config) -> base.TaskData:
   cache_path = (base.data_root(config.data_dir) / config.dataset_name /
                 f'cache_len{config.max_length}_{validation}.npz')
 
-  def build() -> dict:
-    train = _read_imdb('train', data_dir, config.max_length)
-    test = _read_imdb('test', data_dir, config.max_length)
+  def build() -> tuple[dict, dict]:
+    train, train_cut = _read_imdb('train', data_dir, config.max_length)
+    test, test_cut = _read_imdb('test', data_dir, config.max_length)
+    # LRA's Text cuts reviews at max_length by design; counted over the TFDS splits.
+    info = {'truncated': {'train': train_cut, 'test': test_cut}}
     if not heldout:
-      return {'train': train, 'test': test}
+      return {'train': train, 'test': test}, info
     num_train = len(train['targets']) - config.text_heldout
     if num_train <= 0:
       raise base.DataError(f'config.text_heldout = {config.text_heldout} leaves no training '
                            f'examples (IMDb train has {len(train["targets"])}).')
     return {'train': {k: a[:num_train] for k, a in train.items()},
             'validation': {k: a[num_train:] for k, a in train.items()},
-            'test': test}
+            'test': test}, info
 
-  splits = base.cached_split_arrays(cache_path, build, sources=[data_dir / TFDS_NAME])
+  splits, info = base.cached_split_arrays(cache_path, build, sources=[data_dir / TFDS_NAME])
   if not heldout:
     splits['validation'] = splits['test']  # one copy, cached and in memory
+  num_reviews = {'train': len(splits['train']['targets']) + (
+      len(splits['validation']['targets']) if heldout else 0),
+                 'test': len(splits['test']['targets'])}
+  base.check_truncation(config, info['truncated'], num_reviews, 'Text (IMDb)')
+  examples = {split: len(arrays['targets']) for split, arrays in splits.items()}
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
-                       max_length=config.max_length)
+                       max_length=config.max_length,
+                       source=tfds_source.describe(TFDS_NAME, data_dir, examples, info))

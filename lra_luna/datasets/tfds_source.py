@@ -56,3 +56,10 @@ def read_tfds_split(name: str, split: str, data_dir, decode=None):
   if decode is not None:
     dataset = dataset.map(decode)
   return list(tfds.as_numpy(dataset.batch(READ_BATCH)))
+
+
+def describe(name: str, data_dir, examples: dict, info: dict) -> dict:
+  """The TaskData.source of a TFDS dataset: its name, the prepared version read, and counts."""
+  versions = sorted(p.name for p in (pathlib.Path(data_dir) / name).glob('*') if p.is_dir())
+  return {'source': 'tfds', 'name': name, 'path': str(pathlib.Path(data_dir).resolve()),
+          'versions': versions, 'examples': examples, **info}
