@@ -12,6 +12,7 @@ directory. Prints JSON; a workdir without config.json or checkpoints is refused 
 """
 
 import argparse
+import contextlib
 import json
 import pathlib
 import sys
@@ -96,7 +97,9 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   logging.set_verbosity(logging.WARNING)  # As run_lra: orbax logs every restore at INFO.
   try:
-    results = evaluate_workdir(args.workdir, args.checkpoint and [args.checkpoint])
+    # stdout carries only the JSON; the readers' progress lines go to stderr.
+    with contextlib.redirect_stdout(sys.stderr):
+      results = evaluate_workdir(args.workdir, args.checkpoint and [args.checkpoint])
   except (ValueError, FileNotFoundError) as e:  # Bad input: one line, no traceback.
     print(f'error: {e}', file=sys.stderr)
     return 1

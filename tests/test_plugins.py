@@ -25,7 +25,7 @@ def command_line_config(data_dir, *flags):
   """The config run_lra.py builds from `--config LISTOPS_QUICK --config.model.attention=EXAMPLE`
   and the flags (locked, as run_lra's), with the tiny sizes of test_train."""
   tiny = [f'--config.{key}={value}' for key, value in {**TINY, 'data_dir': data_dir}.items()]
-  return sweep.load_config(LISTOPS_QUICK, [f'--config.model.attention={EXAMPLE}', *tiny, *flags])
+  return config_lib.load_config(LISTOPS_QUICK, [f'--config.model.attention={EXAMPLE}', *tiny, *flags])
 
 
 @pytest.fixture(scope='module')
