@@ -142,15 +142,31 @@ def test_kill_and_resume_matches_uninterrupted_run(data_dir, tmp_path):
   assert train_steps == sorted(set(train_steps))
 
 
-def test_two_devices_match_one(data_dir, tmp_path):
-  steps = {'num_train_steps': 10, 'eval_every': 5, 'log_every': 1}
-  for name, flags in (('one', ''), ('two', '--xla_force_host_platform_device_count=2')):
-    subprocess.run(cli_args(data_dir, tmp_path / name, **steps),
-                   env=run_env(XLA_FLAGS=flags), check=True, capture_output=True)
-  losses = {name: [r['train_loss'] for r in metrics.read_jsonl(tmp_path / name / 'metrics.jsonl')
-                   if 'train_loss' in r] for name in ('one', 'two')}
-  assert len(losses['one']) == 10
-  np.testing.assert_allclose(losses['one'], losses['two'], rtol=1e-4, atol=1e-5)
+SHORT_RUN = {'num_train_steps': 10, 'eval_every': 5, 'log_every': 1}
+
+
+@pytest.fixture(scope='module')
+def one_device_run(data_dir, tmp_path_factory):
+  """The workdir of a short run in one process on one device: the reference of the
+  multi-device and multi-process tests."""
+  workdir = tmp_path_factory.mktemp('one_device') / 'run'
+  subprocess.run(cli_args(data_dir, workdir, **SHORT_RUN), env=run_env(), check=True,
+                 capture_output=True)
+  return workdir
+
+
+def train_losses(workdir) -> list:
+  return [r['train_loss'] for r in metrics.read_jsonl(workdir / 'metrics.jsonl')
+          if 'train_loss' in r]
+
+
+def test_two_devices_match_one(data_dir, one_device_run, tmp_path):
+  subprocess.run(cli_args(data_dir, tmp_path / 'two', **SHORT_RUN),
+                 env=run_env(XLA_FLAGS='--xla_force_host_platform_device_count=2'), check=True,
+                 capture_output=True)
+  one, two = train_losses(one_device_run), train_losses(tmp_path / 'two')
+  assert len(one) == 10
+  np.testing.assert_allclose(one, two, rtol=1e-4, atol=1e-5)
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
@@ -210,22 +226,18 @@ def free_port():
     return s.getsockname()[1]
 
 
-def test_two_processes_match_one(data_dir, tmp_path):
+def test_two_processes_match_one(data_dir, one_device_run, tmp_path):
   """Two JAX processes (as on two hosts; gloo collectives on CPU), each reading its own shard."""
-  steps = {'num_train_steps': 10, 'eval_every': 5, 'log_every': 1}
-  subprocess.run(cli_args(data_dir, tmp_path / 'one', **steps), env=run_env(), check=True,
-                 capture_output=True)
   address = f'localhost:{free_port()}'
-  procs = [subprocess.Popen(cli_args(data_dir, tmp_path / 'two', **steps), env=run_env(
+  procs = [subprocess.Popen(cli_args(data_dir, tmp_path / 'two', **SHORT_RUN), env=run_env(
       JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES='2', JAX_PROCESS_ID=str(i)),
       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for i in range(2)]
   for proc in procs:
     assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()[-2000:]
-  losses = {name: [r['train_loss'] for r in metrics.read_jsonl(tmp_path / name / 'metrics.jsonl')
-                   if 'train_loss' in r] for name in ('one', 'two')}
-  assert len(losses['two']) == 10
-  np.testing.assert_allclose(losses['one'], losses['two'], rtol=1e-4, atol=1e-5)
-  one = json.loads((tmp_path / 'one' / 'results.json').read_text())
+  two_losses = train_losses(tmp_path / 'two')
+  assert len(two_losses) == 10
+  np.testing.assert_allclose(train_losses(one_device_run), two_losses, rtol=1e-4, atol=1e-5)
+  one = json.loads((one_device_run / 'results.json').read_text())
   two = json.loads((tmp_path / 'two' / 'results.json').read_text())
   assert two['last']['test_examples'] == one['last']['test_examples'] == 64
   assert two['last']['test_accuracy'] == pytest.approx(one['last']['test_accuracy'], abs=1e-6)
