@@ -75,12 +75,14 @@ def training_step_temp_bytes(model_name: str) -> int:
 @pytest.mark.parametrize('model_name', ['luna16', 'transformer'])
 def test_lean_blocks_keep_less_memory_than_plain_autodiff(model_name, monkeypatch):
   """The whole training step needs less temporary memory with the lean LayerNorm and GELU than
-  with the same formulas differentiated plainly (XLA's compiled estimate, deterministic)."""
+  with the same formulas differentiated plainly (XLA's compiled estimate, deterministic).
+  How much less depends on XLA: lean / plain here is 0.905 (Luna-16) and 0.954 (Transformer)
+  with JAX 0.10.2, 0.977 and 0.966 with JAX 0.12.0.1 (README, issue 13)."""
   lean_bytes = training_step_temp_bytes(model_name)
   monkeypatch.setattr(layers, 'layer_norm', plain_layer_norm)
   monkeypatch.setattr(layers, 'gelu_then_project', plain_gelu_then_project)
   plain_bytes = training_step_temp_bytes(model_name)
-  assert lean_bytes < 0.97 * plain_bytes, (lean_bytes, plain_bytes)
+  assert lean_bytes < 0.985 * plain_bytes, (lean_bytes, plain_bytes)
 
 
 def test_feed_forward_equals_its_formula():
