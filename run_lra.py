@@ -46,11 +46,14 @@ def main(argv):
   except (ValueError, train.TrainingError) as e:
     # Bad input gets one clear message, not a traceback.
     sys.exit(f'error: {e}')
-  except OSError as e:  # a file the readers did not expect to fail: name it and why
+  except OSError as e:
     if FLAGS.verbosity >= 1:
       raise
-    sys.exit(f'error: {e.filename or ""}: {e.strerror or e} ({type(e).__name__}); check that '
-             f'path (--verbosity=1 shows the traceback).')
+    if e.filename is None:  # raised by our code with its own message (e.g. a missing plug-in)
+      sys.exit(f'error: {e}')
+    # A file the readers did not expect to fail: name it and why.
+    sys.exit(f'error: {e.filename}: {e.strerror or e} ({type(e).__name__}); check that path '
+             f'(--verbosity=1 shows the traceback).')
   print(json.dumps(results, indent=2, sort_keys=True))
 
 

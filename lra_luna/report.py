@@ -90,9 +90,8 @@ def describe_data(data: dict | None) -> tuple[tuple, str]:
     return ('unrecorded',), 'not recorded (a results.json from before data provenance)'
   source, counts = data['source'], json.dumps(data.get('examples'), sort_keys=True)
   if source == 'generated':
-    record = data.get('generator') or {}
-    settings = record.get('settings', record)  # ListOps nests its settings; Pathfinder does not
-    words = ', '.join(f'{k} {v}' for k, v in sorted(settings.items()) if k != 'generator')
+    settings = (data.get('generator') or {}).get('settings', {})
+    words = ', '.join(f'{k} {v}' for k, v in sorted(settings.items()))
     return (source, json.dumps(settings, sort_keys=True), counts), f'generated ({words})'
   if source == 'tfds':
     versions = tuple(data.get('versions', ()))

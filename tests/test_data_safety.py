@@ -147,6 +147,15 @@ def test_unknown_model_and_config_file_get_one_line(tmp_path):
   assert_one_line_error(proc, 'listopz.py not found', 'configs/listops.py')
 
 
+def test_missing_plugin_file_gets_one_line(tmp_path):
+  """An OSError our code raises with its own message is shown as it is, before any data."""
+  proc = run_cli(tmp_path / 'data', tmp_path / 'run', config='listops.py:transformer,quick',
+                 **{'model.attention': 'absent.py:MyAttention'})
+  error = assert_one_line_error(proc, "Attention plug-in 'absent.py:MyAttention'", 'no file')
+  assert not error.startswith('error: :'), error
+  assert not (tmp_path / 'data').exists()
+
+
 def test_data_root_or_workdir_that_is_a_file(tmp_path):
   not_a_folder = tmp_path / 'file'
   not_a_folder.write_text('')

@@ -340,7 +340,7 @@ def test_loader_generates_when_missing_if_allowed(tmp_path):
   # Generated sets live under dataset_name, never where the release keeps pathfinder32/.
   assert (tmp_path / 'pathfinder-generated' / FOLDER / gen.RECORD_FILE).exists()
   assert not (tmp_path / 'pathfinder32').exists()
-  assert data.source['source'] == 'generated' and data.source['generator']['seed'] == 0
+  assert data.source['source'] == 'generated' and data.source['generator']['settings']['seed'] == 0
   expected = gen.make_pathfinder_image(32, 'hard', seed=0, batch=0, index=0)
   np.testing.assert_array_equal(data.splits['train']['inputs'][0], expected.image.reshape(-1))
 

@@ -129,6 +129,11 @@ def cached_split_arrays(cache_path: pathlib.Path, build, sources=()) -> tuple[di
   return splits, info
 
 
+def example_counts(splits: dict) -> dict:
+  """{split: number of examples} of {split: {name: array}}, for TaskData.source."""
+  return {split: len(arrays['targets']) for split, arrays in splits.items()}
+
+
 def check_truncation(config, truncated: dict, examples: dict, what: str) -> None:
   """Reports how many examples of each split were cut to config.max_length, and raises DataError
   when a split's share is above config.max_truncated_fraction (the data is not what the config

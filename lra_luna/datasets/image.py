@@ -65,7 +65,7 @@ def load_image(config) -> base.TaskData:
 
   cache_path = base.data_root(config.data_dir) / config.dataset_name / 'cache_gray.npz'
   splits, info = base.cached_split_arrays(cache_path, build, sources=[data_dir / TFDS_NAME])
-  examples = {split: len(arrays['targets']) for split, arrays in splits.items()}
+  examples = base.example_counts(splits)
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
                        max_length=NUM_PIXELS,
                        source=tfds_source.describe(TFDS_NAME, data_dir, examples, info))

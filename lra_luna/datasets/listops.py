@@ -365,9 +365,9 @@ def load_listops(config) -> base.TaskData:
 
   splits, info = base.cached_split_arrays(folder / f'cache_len{config.max_length}.npz', build,
                                            sources=paths.values())
-  examples = {split: len(arrays['targets']) for split, arrays in splits.items()}
+  examples = base.example_counts(splits)
   base.check_truncation(config, info['truncated'], examples, f'ListOps ({folder})')
   print(f'ListOps: {description["source"]} data from {folder}.', flush=True)
-  return base.TaskData(splits=splits, vocab_size=len(VOCAB), num_classes=NUM_CLASSES,
+  return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
                        max_length=config.max_length,
                        source={**description, 'examples': examples, **info})

@@ -266,8 +266,11 @@ def load_pathfinder(config) -> base.TaskData:
     description = {'source': 'release', 'path': str(folder.resolve())}
   else:
     folder = _generated_folder(root, config)
+    record = generator.read_record(folder)
+    # The shape ListOps records too: who generated it, and with which settings.
     description = {'source': 'generated', 'path': str(folder.resolve()),
-                   'generator': generator.read_record(folder)}
+                   'generator': {'generator': generator.__name__,
+                                 'settings': {k: v for k, v in record.items() if k != 'generator'}}}
 
   def build() -> tuple[dict, dict]:
     arrays = read_pathfinder(folder.parents[1], resolution, difficulty,
@@ -276,7 +279,7 @@ def load_pathfinder(config) -> base.TaskData:
     return split_in_file_order(*arrays), {'skipped_images': len(arrays.skipped)}
 
   splits, info = base.cached_split_arrays(folder / 'cache.npz', build, sources=[folder])
-  examples = {split: len(arrays['targets']) for split, arrays in splits.items()}
+  examples = base.example_counts(splits)
   print(f'Pathfinder: {description["source"]} data from {folder}.', flush=True)
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
                        max_length=resolution * resolution,

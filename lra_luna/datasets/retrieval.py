@@ -113,7 +113,7 @@ def load_retrieval(config) -> base.TaskData:
   splits, info = base.cached_split_arrays(
       folder / f'cache_len{config.max_length}.npz', build,
       sources=[folder / name for name in SPLIT_FILES.values()])
-  examples = {split: len(arrays['targets']) for split, arrays in splits.items()}
+  examples = base.example_counts(splits)
   # Two documents per example: the share of documents cut is what max_truncated_fraction bounds.
   base.check_truncation(config, info['truncated_documents'],
                         {split: 2 * n for split, n in examples.items()}, f'Retrieval ({folder})')

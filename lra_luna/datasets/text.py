@@ -80,7 +80,7 @@ def load_text(config) -> base.TaskData:
       len(splits['validation']['targets']) if heldout else 0),
                  'test': len(splits['test']['targets'])}
   base.check_truncation(config, info['truncated'], num_reviews, 'Text (IMDb)')
-  examples = {split: len(arrays['targets']) for split, arrays in splits.items()}
+  examples = base.example_counts(splits)
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
                        max_length=config.max_length,
                        source=tfds_source.describe(TFDS_NAME, data_dir, examples, info))
