@@ -14,7 +14,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from lra_luna import config_lib
-from lra_luna import train
+from lra_luna.training import train
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file('config', None, 'configs/<task>.py:<model>[,quick]',

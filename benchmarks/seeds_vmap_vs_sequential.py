@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))  # Run as a script: make lra_luna importable.
 import jax  # pylint: disable=g-import-not-at-top
 
 from lra_luna import datasets  # pylint: disable=g-import-not-at-top
-from lra_luna import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+from lra_luna.training import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
 from lra_luna import sweep  # pylint: disable=g-import-not-at-top
 
 

@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_luna import attention
+from lra_luna.models import attention
 
 
 class CosineAttention(nnx.Module):
-  """Multi-head cosine-similarity attention; the plug-in protocol of lra_luna/plugins.py."""
+  """Multi-head cosine-similarity attention; the plug-in protocol of lra_luna/models/plugins.py."""
 
   def __init__(self, dim, num_heads, *, attention_dropout, init, dtype, rngs, max_length,
                scale: float = 10.0):

@@ -1,1 +1,20 @@
-"""lra_luna: Luna (Ma et al., NeurIPS 2021) and baselines on the Long Range Arena, in JAX/Flax NNX."""
+"""lra_luna: Luna (Ma et al., NeurIPS 2021) and baselines on the Long Range Arena, in JAX/Flax NNX.
+
+The package is laid out by layer: `models/` (attention, layers, classifiers, plug-ins),
+`datasets/` (readers, generators, input pipeline), `training/` (loop, steps, checkpoints,
+metrics, run folder), and the tools on top (`evaluate`, `predict`, `profile`, `sweep`, `report`).
+"""
+
+import importlib
+
+# Modules that lived at the top of the package before the layout by layer. Plug-ins written then
+# (`from lra_luna import attention`) keep working; the modules load only when asked for, so that
+# tools such as `report` never import JAX.
+_MOVED = {name: f'lra_luna.models.{name}'
+          for name in ('attention', 'baselines', 'causal', 'layers', 'plugins')}
+
+
+def __getattr__(name: str):
+  if name in _MOVED:
+    return importlib.import_module(_MOVED[name])
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

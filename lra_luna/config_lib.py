@@ -11,7 +11,7 @@ from absl import flags
 import ml_collections
 from ml_collections import config_flags
 
-from lra_luna import plugins
+from lra_luna.models import plugins
 
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx')
 # Model name -> (attention, pack length l or None).

@@ -22,10 +22,10 @@ import ml_collections
 from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec
 
-from lra_luna import checkpoints
+from lra_luna.training import checkpoints
 from lra_luna import config_lib
 from lra_luna import datasets
-from lra_luna import train
+from lra_luna.training import train
 
 # results.json section -> checkpoints.py folder.
 CHECKPOINT_FOLDERS = {'best': 'best', 'last': 'latest'}

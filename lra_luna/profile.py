@@ -17,7 +17,7 @@ run (a CPU).
 Writes to --out_dir: profile.json (every point), table2.md and table2.tex (speed and memory
 relative to the vanilla Transformer, the paper's rows beside ours) and scaling.png.
 Any task config works: --config configs/<task>.py[:arg]; the default is configs/text.py.
-Your own attention joins with `--models transformer,path/to/file.py:Class` (lra_luna/plugins.py;
+Your own attention joins with `--models transformer,path/to/file.py:Class` (lra_luna/models/plugins.py;
 its constructor defaults, labelled by its class name).
 """
 
@@ -37,8 +37,8 @@ import numpy as np
 
 from lra_luna import config_lib
 from lra_luna import datasets
-from lra_luna import plugins
-from lra_luna import train
+from lra_luna.models import plugins
+from lra_luna.training import train
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEXT_CONFIG = REPO_ROOT / 'configs' / 'text.py'
@@ -66,9 +66,9 @@ LABELS = {'transformer': 'Transformer', 'transformer_fused': 'Transformer (fused
 # Configs.
 # ----------------------------------------------------------------------------------------------
 def default_models() -> list[str]:
-  """The Transformers, the Luna models and every baseline that `lra_luna.baselines` provides."""
+  """The Transformers, the Luna models and every baseline that `lra_luna.models.baselines` provides."""
   try:
-    from lra_luna import baselines
+    from lra_luna.models import baselines
   except ImportError:
     return list(CORE_MODELS)
   return [*CORE_MODELS, *(name for name, (attention, _) in config_lib.MODELS.items()
@@ -473,7 +473,7 @@ def parse_args(argv):
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--models', type=comma_list(str), default=None,
                       help='comma-separated models (default: Transformers, Luna, baselines) and '
-                      "attention plug-ins 'path/to/file.py:Class' (lra_luna/plugins.py)")
+                      "attention plug-ins 'path/to/file.py:Class' (lra_luna/models/plugins.py)")
   parser.add_argument('--lengths', type=comma_list(int), default=[1024, 2048, 3072, 4096],
                       help='comma-separated sequence lengths')
   parser.add_argument('--batch_size', type=int, default=32)

@@ -33,9 +33,9 @@ import statistics
 import sys
 
 from lra_luna import config_lib
-from lra_luna import metrics as metrics_lib
+from lra_luna.training import metrics as metrics_lib
 from lra_luna import published
-from lra_luna import train
+from lra_luna.training import train
 
 TASK_NAMES = {'listops': 'ListOps', 'text': 'Text', 'retrieval': 'Retrieval', 'image': 'Image',
               'pathfinder': 'Pathfinder', 'pathx': 'Path-X'}

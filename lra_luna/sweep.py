@@ -7,7 +7,7 @@
 
 Layout: SWEEP_DIR/<task>/<model>/<head>/seed<k>/, each a run_lra workdir (checkpoints,
 metrics, results.json); <model> is the preset, or the class name of an attention plug-in
-(`--override model.attention=path/to/file.py:Class` on a transformer config, lra_luna/plugins.py). --override key=value sets a config field as run_lra's
+(`--override model.attention=path/to/file.py:Class` on a transformer config, lra_luna/models/plugins.py). --override key=value sets a config field as run_lra's
 --config.key=value does (seeds and heads come from --seeds and --heads). Resumable: a seed whose
 workdir has results.json is skipped; an unfinished one resumes from its checkpoints.
 
@@ -30,9 +30,9 @@ import traceback
 
 from absl import logging
 
-from lra_luna import checkpoints
+from lra_luna.training import checkpoints
 from lra_luna import config_lib
-from lra_luna import train
+from lra_luna.training import train
 
 RUN_LRA = pathlib.Path(__file__).resolve().parent.parent / 'run_lra.py'
 LOG_FILE = 'sweep.log'

@@ -1,4 +1,4 @@
-"""Tests of lra_luna.baselines: shapes, padding, jit, and each module against its formula."""
+"""Tests of lra_luna.models.baselines: shapes, padding, jit, and each module against its formula."""
 
 import jax
 import jax.numpy as jnp
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lra_luna.attention import merge_heads, split_heads
-from lra_luna.baselines import (BASELINE_ATTENTIONS, LocalAttention, PerformerAttention,
+from lra_luna.models.attention import merge_heads, split_heads
+from lra_luna.models.baselines import (BASELINE_ATTENTIONS, LocalAttention, PerformerAttention,
                                 RandomFeatures, linear_attention, linear_attention_direct,
                                 orthogonal_gaussian_features)
 

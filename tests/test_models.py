@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lra_luna import attention, config_lib, models
+from lra_luna import config_lib
+from lra_luna.models import attention
+from lra_luna.models import classifier as models
 
 
 def small_model_config(model_name='luna16', **overrides):

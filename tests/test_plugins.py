@@ -10,7 +10,10 @@ import types
 import numpy as np
 import pytest
 
-from lra_luna import config_lib, metrics, models, plugins, profile, report, sweep, train
+from lra_luna import config_lib, profile, report, sweep
+from lra_luna.models import classifier as models
+from lra_luna.models import plugins
+from lra_luna.training import metrics, train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'tests'))
@@ -206,3 +209,15 @@ def test_dotted_module_path_and_one_class_per_file(plugin_file, monkeypatch):
   assert plugins.label('my_attention:Identity') == 'Identity'
   assert plugins.label('luna16') == 'luna16'
   assert type(build('my_attention:Identity').encoder.blocks[0].attention).__name__ == 'Identity'
+
+
+def test_plugins_written_before_the_layout_by_layer_still_import():
+  # Plug-ins written against the flat layout import `from lra_luna import attention`.
+  from lra_luna import attention as old_attention  # pylint: disable=g-import-not-at-top
+  from lra_luna import layers as old_layers  # pylint: disable=g-import-not-at-top
+  from lra_luna.models import attention as new_attention  # pylint: disable=g-import-not-at-top
+  from lra_luna.models import layers as new_layers  # pylint: disable=g-import-not-at-top
+  assert old_attention is new_attention and old_layers is new_layers
+  with pytest.raises(AttributeError, match='no_such_module'):
+    import lra_luna  # pylint: disable=g-import-not-at-top
+    getattr(lra_luna, 'no_such_module')

@@ -12,7 +12,8 @@ import pytest
 from flax import nnx
 from PIL import Image
 
-from lra_luna import checkpoints, datasets, evaluate, predict, train
+from lra_luna import datasets, evaluate, predict
+from lra_luna.training import checkpoints, train
 from lra_luna.datasets import image, listops, pathfinder, retrieval, text
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ import pathlib
 import pytest
 
 from lra_luna import sweep
-from lra_luna import train
+from lra_luna.training import train
 
 # ml_collections' config_flags loads config files with the deprecated load_module().
 pytestmark = pytest.mark.filterwarnings('ignore:the load_module:DeprecationWarning')

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from lra_luna import config_lib
-from lra_luna import input_pipeline
-from lra_luna import train
+from lra_luna.datasets import input_pipeline
+from lra_luna.training import train
 from lra_luna.datasets import base
 from lra_luna.datasets import image
 from lra_luna.datasets import listops

@@ -15,7 +15,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from lra_luna import checkpoints, metrics, train
+from lra_luna.training import checkpoints, metrics, train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'configs'))
@@ -250,7 +250,7 @@ def test_training_path_never_imports_tensorflow(data_dir, tmp_path):
 import sys
 sys.modules['tensorflow'] = None  # any `import tensorflow` now raises ImportError
 sys.path.insert(0, {str(REPO)!r})
-import lra_luna.train, lra_luna.profile, lra_luna.sweep, lra_luna.report
+import lra_luna.training.train, lra_luna.profile, lra_luna.sweep, lra_luna.report
 import lra_luna.datasets.listops, lra_luna.datasets.pathfinder, lra_luna.datasets.retrieval
 sys.argv = {cli_args(data_dir, tmp_path / 'run', num_train_steps=2)[1:]!r}
 import runpy

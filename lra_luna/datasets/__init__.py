@@ -1,4 +1,5 @@
-"""Task readers: each turns its source files into cached token-id arrays (`base.TaskData`).
+"""Task data: readers that turn source files into cached token-id arrays (`base.TaskData`), the
+synthetic-task generators, and the grain input pipeline.
 
 Readers are imported only when their task is asked for, so that only the TFDS-backed tasks
 (Text, Image) ever import TensorFlow.

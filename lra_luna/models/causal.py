@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_luna import layers
-from lra_luna.attention import merge_heads, projection, projection_init, split_heads
+from lra_luna.models import layers
+from lra_luna.models.attention import merge_heads, projection, projection_init, split_heads
 
 IMPLEMENTATIONS = ('chunked', 'cumsum', 'direct')
 FEATURE_MAPS = ('softplus', 'elu')

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_luna.attention import (merge_heads, projection, projection_init, scaled_dot_product,
+from lra_luna.models.attention import (merge_heads, projection, projection_init, scaled_dot_product,
                                 split_heads)
 
 

@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lra_luna import attention as attention_lib
-from lra_luna import layers
-from lra_luna import plugins
+from lra_luna.models import attention as attention_lib
+from lra_luna.models import layers
+from lra_luna.models import plugins
 
 HEADS = ('cls', 'mean', 'mean_p')
 
@@ -90,7 +90,7 @@ def build_self_attention(mc, dtype, rngs: nnx.Rngs):
   if plugins.is_plugin(mc.attention):
     return plugins.build(mc.attention, mc.dim, mc.num_heads, max_length=mc.max_length + 1,
                          options=options, **common)
-  from lra_luna import baselines  # Imported here so the core models do not depend on it.
+  from lra_luna.models import baselines  # Imported here so the core models do not depend on it.
   if mc.attention not in baselines.BASELINE_ATTENTIONS:
     raise ValueError(f'Unknown attention {mc.attention!r}; valid choices: '
                      f"{sorted(['softmax', 'luna', *baselines.BASELINE_ATTENTIONS])} or a plug-in "

@@ -20,12 +20,12 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from lra_luna import checkpoints
+from lra_luna.training import checkpoints
 from lra_luna import config_lib
 from lra_luna import datasets
-from lra_luna import input_pipeline
-from lra_luna import metrics as metrics_lib
-from lra_luna import models
+from lra_luna.datasets import input_pipeline
+from lra_luna.training import metrics as metrics_lib
+from lra_luna.models import classifier as models
 
 RESULTS_FILE = 'results.json'
 CONFIG_FILE = 'config.json'

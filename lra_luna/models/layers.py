@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lra_luna import attention as attention_lib
+from lra_luna.models import attention as attention_lib
 
 LAYER_NORM_EPS = 1e-5  # The Luna reference's (and PyTorch's) default.
 

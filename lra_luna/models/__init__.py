@@ -1,0 +1,1 @@
+"""The models: attention (Luna, softmax, baselines, causal Luna), layers, LRA classifiers, plug-ins."""
