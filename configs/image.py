@@ -3,20 +3,25 @@
 Data: TFDS `cifar10`, prepared once on a machine with internet (runs never download):
   python -c "import tensorflow_datasets as tfds; tfds.builder('cifar10', data_dir='data/store/tfds').download_and_prepare()"
 then copy data/store/tfds to the same place here (or pass --config.tfds_data_dir=<copy>).
-Run (full, paper values):
+Run (full, LRA protocol):
   python run_lra.py --config configs/image.py:luna16 --workdir runs/image_luna16
+The Luna authors' protocol (their released LRA scripts):
+  python run_lra.py --config configs/image.py:luna16,paper --workdir runs/image_luna16_paper
 Quick (2-core CPU: ~1 min with luna16, ~9 with the transformer's 1025 x 1025 attention):
   python run_lra.py --config configs/image.py:luna16,quick --workdir runs/image_luna16_quick
-Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'.
+Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',paper'
+(the Luna authors' protocol) and/or ',quick' (with ',paper': the authors' model details,
+tokens and optimizer at the quick sizes, steps and rates).
 """
 
 import ml_collections
 
 from lra_luna import config_lib
+from lra_luna import protocols
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
-  model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
+  model_name, quick, paper = config_lib.parse_arg(arg, default_model='luna16')
   c = config_lib.base_config()
   c.task = 'image'
   c.dataset_name = 'image'         # folder of the token-array cache under the data root
@@ -48,6 +53,10 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.head = 'cls'                   # LRA
   m.mask_padding = False           # pixel 0 is black, not padding (LRA masked it: lra.md §1)
   config_lib.set_model(c, model_name)
+
+  if paper:
+    # The Luna authors' protocol: their sizes, rates, tokens and head (lra_luna/protocols.py).
+    protocols.use_authors_protocol(c)
 
   if quick:
     # The full 1024-pixel images and a tiny model: a 2-core CPU trains it in minutes.

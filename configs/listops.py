@@ -1,21 +1,26 @@
 """ListOps (lra.md §1-2): 10-way classification of nested MIN/MAX/MED/SM expressions.
 
-Run (full, paper values):
+Run (full, LRA protocol):
   python run_lra.py --config configs/listops.py:luna16 --workdir runs/listops_luna16
+The Luna authors' protocol (their released LRA scripts):
+  python run_lra.py --config configs/listops.py:luna16,paper --workdir runs/listops_luna16_paper
 Quick (2-core CPU, a few minutes, data generated on first use):
   python run_lra.py --config configs/listops.py:luna16,quick --workdir runs/listops_luna16_quick
 Release data: `python data/import_lra_release.py <lra_release>` links listops-1000/ into the data
 root, which data_source 'auto' then prefers; --config.data_source=release requires it.
-Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'.
+Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',paper'
+(the Luna authors' protocol) and/or ',quick' (with ',paper': the authors' model details,
+tokens and optimizer at the quick sizes, steps and rates).
 """
 
 import ml_collections
 
 from lra_luna import config_lib
+from lra_luna import protocols
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
-  model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
+  model_name, quick, paper = config_lib.parse_arg(arg, default_model='luna16')
   c = config_lib.base_config()
   c.task = 'listops'
   c.data_source = 'auto'           # <root>/listops-1000 (the release) if there, else generated
@@ -55,6 +60,10 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.init = 'bert'                  # Luna reference for ListOps and Text (luna.md §5)
   m.head = 'cls'                   # LRA and the Luna paper's Table 1
   config_lib.set_model(c, model_name)
+
+  if paper:
+    # The Luna authors' protocol: their sizes, rates, tokens and head (lra_luna/protocols.py).
+    protocols.use_authors_protocol(c)
 
   if quick:
     # A smaller task and model that a 2-core CPU trains in minutes and still learns.

@@ -3,21 +3,26 @@
 Data: <data root>/pathfinder32/curv_contour_length_14 from the LRA release
 (`python data/import_lra_release.py <lra_release folder>`), or generated on first use (200k
 images; or beforehand: `python data/generate_pathfinder.py --resolution 32 --difficulty hard`).
-Run (full, paper values):
+Run (full, LRA protocol):
   python run_lra.py --config configs/pathfinder.py:luna16 --workdir runs/pathfinder_luna16
+The Luna authors' protocol (their released LRA scripts):
+  python run_lra.py --config configs/pathfinder.py:luna16,paper --workdir runs/pathfinder_luna16_paper
 Quick (2-core CPU: ~1 min with luna16, several with the transformer; 2000 images generated
 under <data root>/pathfinder-quick):
   python run_lra.py --config configs/pathfinder.py:luna16,quick --workdir runs/pathfinder_luna16_quick
-Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'.
+Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',paper'
+(the Luna authors' protocol) and/or ',quick' (with ',paper': the authors' model details,
+tokens and optimizer at the quick sizes, steps and rates).
 """
 
 import ml_collections
 
 from lra_luna import config_lib
+from lra_luna import protocols
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
-  model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
+  model_name, quick, paper = config_lib.parse_arg(arg, default_model='luna16')
   c = config_lib.base_config()
   c.task = 'pathfinder'
   # 'auto': the release's <root>/pathfinder<res>/ if there, else our generated set.
@@ -60,6 +65,10 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.head = 'mean'                  # LRA's table (MEAN); override with --config.model.head=cls
   m.mask_padding = False           # pixel 0 is black, not padding (lra.md §1)
   config_lib.set_model(c, model_name)
+
+  if paper:
+    # The Luna authors' protocol: their sizes, rates, tokens and head (lra_luna/protocols.py).
+    protocols.use_authors_protocol(c)
 
   if quick:
     # 2000 freshly generated images and a tiny model: a 2-core CPU runs it in minutes (above

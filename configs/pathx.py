@@ -10,16 +10,18 @@ Quick (2-core CPU, a minute with a Luna model; 400 images generated under
 <data root>/pathx-quick; softmax attention over 16385 tokens needs ~26 GB at this batch of 4,
 so run the transformer's quick variant on a GPU):
   python run_lra.py --config configs/pathx.py:luna16,quick --workdir runs/pathx_luna16_quick
-Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'.
+Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'
+(',paper' is refused: the Luna authors released no Path-X run).
 """
 
 import ml_collections
 
 from lra_luna import config_lib
+from lra_luna import protocols
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
-  model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
+  model_name, quick, paper = config_lib.parse_arg(arg, default_model='luna16')
   c = config_lib.base_config()
   c.task = 'pathx'
   # 'auto': the release's <root>/pathfinder<res>/ if there, else our generated set.
@@ -63,6 +65,10 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.head = 'mean'                  # LRA's table (MEAN); override with --config.model.head=cls
   m.mask_padding = False           # pixel 0 is black, not padding (lra.md §1)
   config_lib.set_model(c, model_name)
+
+  if paper:
+    # Refused in one line naming the tasks that have one: the authors released no Path-X run.
+    protocols.use_authors_protocol(c)
 
   if quick:
     # 400 freshly generated 128 px images (in their own folder, dataset_name, so they never

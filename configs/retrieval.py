@@ -3,20 +3,25 @@
 Data: the LRA release files new_aan_pairs.{train,eval,test}.tsv in <data root>/aan; link them
 there from the unpacked release with
   python data/import_lra_release.py <lra_release folder>
-Run (full, paper values):
+Run (full, LRA protocol):
   python run_lra.py --config configs/retrieval.py:luna16 --workdir runs/retrieval_luna16
+The Luna authors' protocol (their released LRA scripts):
+  python run_lra.py --config configs/retrieval.py:luna16,paper --workdir runs/retrieval_luna16_paper
 Quick (2-core CPU: ~1 min with luna16, ~5 with the transformer; 256 bytes per document):
   python run_lra.py --config configs/retrieval.py:luna16,quick --workdir runs/retrieval_luna16_quick
-Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'.
+Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',paper'
+(the Luna authors' protocol) and/or ',quick' (with ',paper': the authors' model details,
+tokens and optimizer at the quick sizes, steps and rates).
 """
 
 import ml_collections
 
 from lra_luna import config_lib
+from lra_luna import protocols
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
-  model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
+  model_name, quick, paper = config_lib.parse_arg(arg, default_model='luna16')
   c = config_lib.base_config()
   c.task = 'retrieval'
   c.dataset_name = 'aan'           # folder of new_aan_pairs.{train,eval,test}.tsv
@@ -47,6 +52,10 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.dual_encoder = True            # one shared encoder reads each document
   m.pair_features = 'concat'       # the head sees [a, b] (Luna reference; 'full' = LRA's NLI form)
   config_lib.set_model(c, model_name)
+
+  if paper:
+    # The Luna authors' protocol: their sizes, rates, tokens and head (lra_luna/protocols.py).
+    protocols.use_authors_protocol(c)
 
   if quick:
     # The same pairs cut to 256 bytes per document and a tiny model: minutes on a 2-core CPU.

@@ -3,20 +3,25 @@
 Data: TFDS `imdb_reviews`, prepared once on a machine with internet (runs never download):
   python -c "import tensorflow_datasets as tfds; tfds.builder('imdb_reviews', data_dir='data/store/tfds').download_and_prepare()"
 then copy data/store/tfds to the same place here (or pass --config.tfds_data_dir=<copy>).
-Run (full, paper values):
+Run (full, LRA protocol):
   python run_lra.py --config configs/text.py:luna16 --workdir runs/text_luna16
+The Luna authors' protocol (their released LRA scripts):
+  python run_lra.py --config configs/text.py:luna16,paper --workdir runs/text_luna16_paper
 Quick (2-core CPU: ~1 min with luna16, ~3 with the transformer; 256 bytes, a tiny model):
   python run_lra.py --config configs/text.py:luna16,quick --workdir runs/text_luna16_quick
-Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'.
+Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',paper'
+(the Luna authors' protocol) and/or ',quick' (with ',paper': the authors' model details,
+tokens and optimizer at the quick sizes, steps and rates).
 """
 
 import ml_collections
 
 from lra_luna import config_lib
+from lra_luna import protocols
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
-  model_name, quick = config_lib.parse_arg(arg, default_model='luna16')
+  model_name, quick, paper = config_lib.parse_arg(arg, default_model='luna16')
   c = config_lib.base_config()
   c.task = 'text'
   c.dataset_name = 'text'          # folder of the token-array cache under the data root
@@ -51,6 +56,10 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.init = 'bert'                  # Luna reference for ListOps and Text (luna.md §5)
   m.head = 'cls'                   # LRA and the Luna paper's Table 1
   config_lib.set_model(c, model_name)
+
+  if paper:
+    # The Luna authors' protocol: their sizes, rates, tokens and head (lra_luna/protocols.py).
+    protocols.use_authors_protocol(c)
 
   if quick:
     # The same reviews cut to 256 bytes and a tiny model: a 2-core CPU trains it in minutes.

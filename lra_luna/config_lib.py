@@ -6,11 +6,13 @@ A task config calls `base_config()`, sets its task fields, then `set_model(confi
 
 import difflib
 import pathlib
+from typing import NamedTuple
 
 from absl import flags
 import ml_collections
 from ml_collections import config_flags
 
+from lra_luna import protocols
 from lra_luna.models import plugins
 
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx')
@@ -39,27 +41,49 @@ DATA_SOURCES = {
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / 'configs'
 
 
-def parse_arg(arg: str | None, default_model: str) -> tuple[str, bool]:
-  """'luna16,quick' or 'model=luna16,quick' -> ('luna16', True)."""
-  model, quick = default_model, False
+# Variant words of `configs/<task>.py:<model>,<variant>,...` -> what each one does.
+VARIANTS = {
+    'quick': 'a small task and model a 2-core CPU trains in minutes',
+    'paper': "the Luna authors' protocol, lra_luna/protocols.py",
+}
+
+
+class ConfigArg(NamedTuple):
+  """What the words after the colon of `--config=configs/<task>.py:<words>` ask for."""
+  model: str     # a MODELS name
+  quick: bool    # 'quick': the CPU-sized version of the task
+  paper: bool    # 'paper': the Luna authors' protocol instead of LRA's
+
+
+def parse_arg(arg: str | None, default_model: str) -> ConfigArg:
+  """'luna16,paper,quick' or 'model=luna16,quick' -> ConfigArg('luna16', quick, paper).
+
+  ValueError in one line naming the valid models and variants for any other word.
+  """
+  model, variants = default_model, set()
   for part in filter(None, (arg or '').split(',')):
     part = part.strip()
-    if part == 'quick':
-      quick = True
+    if part in VARIANTS:
+      variants.add(part)
     elif part.startswith('model='):
       model = part[len('model='):]
-    else:
+    elif part in MODELS:
       model = part
+    else:
+      raise ValueError(f'Unknown word {part!r} in config argument {arg!r}: it is neither a model '
+                       f'nor a variant. Valid models: {sorted(MODELS)}; valid variants: '
+                       + '; '.join(f'{k!r} ({v})' for k, v in VARIANTS.items()) + '.')
   if model not in MODELS:
     raise ValueError(f'Unknown model {model!r} in config argument {arg!r}; valid choices: '
                      f'{sorted(MODELS)}.')
-  return model, quick
+  return ConfigArg(model, 'quick' in variants, 'paper' in variants)
 
 
 def base_config() -> ml_collections.ConfigDict:
   """Every field a run reads, with its default. Task configs override what differs."""
   c = ml_collections.ConfigDict()
   c.task = ''                       # one of TASKS
+  c.protocol = 'lra'                # 'lra' (LRA sizes, Table 4 rates) | 'paper' (protocols.py)
   c.model_name = ''                 # one of MODELS (set by set_model); a plug-in needs 'transformer'
   c.seed = 0                        # training seed: parameters, dropout and data order
   c.data_dir = ''                   # data root; '' = $LRA_DATA_DIR, else <repo>/data/store
@@ -67,6 +91,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.data_source = 'auto'            # 'auto' | 'release' | 'generated' | 'tfds' (DATA_SOURCES)
   c.max_length = 1000               # tokens per example after truncation ([CLS] not counted)
   c.max_truncated_fraction = 0.01   # refuse data when more than this share of examples is cut
+  # Append an end-of-sequence token (id = the task's vocab size) to every sequence before the cut
+  # to max_length, as the Luna authors' binarised data (max_length counts it; a sequence of
+  # max_length tokens or more loses it). Pixel tasks then need max_length 1025.
+  c.append_eos = False
   c.batch_size = 32                 # global training batch, split over all devices
   c.eval_batch_size = 64            # global evaluation batch (last batch padded and masked)
   c.num_train_steps = 5000          # optimizer steps
@@ -102,7 +130,12 @@ def base_config() -> ml_collections.ConfigDict:
   m.head = 'cls'                    # sentence representation: 'cls' | 'mean' | 'mean_p'
   m.mask_padding = True             # pad id 0 is masked; False for pixel tasks (0 is black)
   m.dual_encoder = False            # Retrieval: two documents through one shared encoder
-  m.pair_features = 'concat'        # dual head input: 'concat' [a, b] | 'full' [a, b, a*b, a-b]
+  # Dual head input: 'concat' [a, b] | 'full' [a, b, a*b, a-b] | 'concat_reversed' [b, a]
+  # (Luna authors: the second document first).
+  m.pair_features = 'concat'
+  m.dual_head_layers = 2            # dual head hidden layers: 2 (LRA: classifier_dim, then half) | 1
+  m.classifier_bias = True          # bias in the classifier's last Linear (Luna authors: none)
+  m.mean_includes_cls = False       # head 'mean' averages [CLS] too (Luna authors' 'mp' pooling)
   m.dtype = 'float32'               # compute dtype: 'float32' | 'bfloat16' | 'float16'
   # Luna only.
   m.pack_length = 16                # l, length of the extra sequence P
@@ -154,7 +187,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _check_choice('model_name', config.model_name, list(MODELS))
   _check_choice('data_source', config.data_source, DATA_SOURCES[config.task])
   _check_choice('schedule', config.schedule, SCHEDULES)
+  _check_choice('protocol', config.protocol, protocols.PROTOCOLS)
   _check_choice('model.head', config.model.head, ('cls', 'mean', 'mean_p'))
+  _check_choice('model.pair_features', config.model.pair_features,
+                ('concat', 'full', 'concat_reversed'))
+  _check_choice('model.dual_head_layers', config.model.dual_head_layers, (1, 2))
   _check_choice('model.positions', config.model.positions, ('learned', 'sinusoidal'))
   _check_choice('model.init', config.model.init, ('reference', 'bert'))
   _check_choice('model.p_init', config.model.p_init, ('learned', 'sinusoidal'))

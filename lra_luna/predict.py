@@ -37,6 +37,7 @@ from PIL import Image
 
 from lra_luna import datasets
 from lra_luna import evaluate
+from lra_luna.datasets import base
 from lra_luna.datasets import image
 from lra_luna.datasets import listops
 from lra_luna.datasets import pathfinder
@@ -100,10 +101,18 @@ def encode_inputs(config, inputs) -> dict:
   if isinstance(inputs, (str, bytes)) or not len(inputs):
     raise ValueError(f'Expected a non-empty list of inputs, got {inputs!r}.')
   rows = [TOKENIZERS[config.task](item, config) for item in inputs]
+
+  def batch(rows):
+    if not config.get('append_eos', False):
+      return padded(rows, config.max_length)
+    # As datasets.load_task does for training: the EOS after each row, then the cut.
+    eos_id = datasets.task_sizes(config.task)[0]
+    return base.append_eos(padded(rows, max(len(r) for r in rows)), [len(r) for r in rows],
+                           eos_id, config.max_length).astype(np.int32)
+
   if config.task == 'retrieval':
-    return {'inputs1': padded([a for a, _ in rows], config.max_length),
-            'inputs2': padded([b for _, b in rows], config.max_length)}
-  return {'inputs': padded(rows, config.max_length)}
+    return {'inputs1': batch([a for a, _ in rows]), 'inputs2': batch([b for _, b in rows])}
+  return {'inputs': batch(rows)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -144,7 +153,7 @@ def load_predictor(workdir, checkpoint: str = 'best') -> Predictor:
   """The model of the run in `workdir` at its 'best' or 'last' checkpoint. Reads no data."""
   config = evaluate.load_run_config(workdir)
   evaluate.saved_checkpoints(workdir, [checkpoint])
-  vocab_size, num_classes = datasets.task_sizes(config.task)
+  vocab_size, num_classes = datasets.task_sizes(config.task, config.get('append_eos', False))
   sizes = types.SimpleNamespace(vocab_size=vocab_size, num_classes=num_classes)
   graphdef, state, step = evaluate.restore_model(workdir, config, sizes, checkpoint)
   return Predictor(config, checkpoint, step, graphdef, state)

@@ -104,7 +104,7 @@ def build_step(config):
   the parameter count; state and batch already on the device."""
   # Training reads these from the data; profiling needs no data (only the embedding and the
   # last layer depend on them).
-  vocab_size, num_classes = datasets.task_sizes(config.task)
+  vocab_size, num_classes = datasets.task_sizes(config.task, config.get('append_eos', False))
   mc = train.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
                                                         num_classes=num_classes))
   tx = train.make_optimizer(config)

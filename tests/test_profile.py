@@ -14,7 +14,7 @@ from lra_luna import config_lib
 
 
 def get_config(arg):
-  model_name, _ = config_lib.parse_arg(arg, default_model='luna16')
+  model_name = config_lib.parse_arg(arg, default_model='luna16').model
   c = config_lib.base_config()
   c.task = 'text'
   # No dropout: fewer ops, so a faster compile.

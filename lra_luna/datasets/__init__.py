@@ -7,6 +7,8 @@ Readers are imported only when their task is asked for, so that only the TFDS-ba
 
 import importlib
 
+from lra_luna.datasets import base
+
 # task -> (module, loader function)
 READERS = {
     'listops': ('lra_luna.datasets.listops', 'load_listops'),
@@ -25,12 +27,20 @@ def reader_module(task: str):
   return importlib.import_module(READERS[task][0])
 
 
+# Tasks whose every example fills its row: no padding, and id 0 is a real token (a black pixel).
+FULL_LENGTH_TASKS = ('image', 'pathfinder', 'pathx')
+
+
 def load_task(config):
-  """The `base.TaskData` of config.task."""
-  return getattr(reader_module(config.task), READERS[config.task][1])(config)
+  """The `base.TaskData` of config.task, with an end-of-sequence token when config.append_eos."""
+  data = getattr(reader_module(config.task), READERS[config.task][1])(config)
+  if config.get('append_eos', False):
+    data = base.with_eos(data, config.max_length, config.task in FULL_LENGTH_TASKS)
+  return data
 
 
-def task_sizes(task: str) -> tuple[int, int]:
-  """(vocab_size, num_classes) of a task, from its reader's constants: no data is read."""
+def task_sizes(task: str, append_eos: bool = False) -> tuple[int, int]:
+  """(vocab_size, num_classes) of a task, from its reader's constants: no data is read.
+  append_eos: the vocabulary holds the end-of-sequence token too (base.with_eos)."""
   module = reader_module(task)
-  return module.VOCAB_SIZE, module.NUM_CLASSES
+  return module.VOCAB_SIZE + int(append_eos), module.NUM_CLASSES

@@ -154,6 +154,49 @@ def check_truncation(config, truncated: dict, examples: dict, what: str) -> None
 
 
 # ----------------------------------------------------------------------------------------------
+# The end-of-sequence token of the Luna authors' data (config.append_eos).
+# ----------------------------------------------------------------------------------------------
+def append_eos(ids: np.ndarray, lengths, eos_id: int, max_length: int) -> np.ndarray:
+  """[N, max_length]: row i's first lengths[i] ids, then eos_id, cut to max_length, 0-padded.
+
+  As fairseq's binarised lines (the EOS ends each line) cut to max_positions by the authors'
+  task: a row of max_length or more ids keeps its first max_length and loses the EOS. The type
+  widens when eos_id does not fit (uint8 pixels + EOS 256 -> uint16).
+  """
+  lengths = np.minimum(np.asarray(lengths), max_length)
+  out = np.zeros((len(ids), max_length), np.promote_types(ids.dtype, np.min_scalar_type(eos_id)))
+  width = min(ids.shape[1], max_length)
+  out[:, :width] = np.where(np.arange(width) < lengths[:, None], ids[:, :width], 0)
+  rows = np.flatnonzero(lengths < max_length)
+  out[rows, lengths[rows]] = eos_id
+  return out
+
+
+def with_eos(data: TaskData, max_length: int, full_length: bool) -> TaskData:
+  """`data` with the EOS token (id = data.vocab_size, so the vocabulary grows by one) appended to
+  every input sequence by `append_eos`. full_length: every row is a whole example (pixel tasks,
+  where 0 is a pixel); otherwise a row ends at its first pad id 0."""
+  eos_id = data.vocab_size
+  if full_length and max_length > data.max_length + 1:
+    raise ValueError(f'config.max_length = {max_length} is longer than the {data.max_length} '
+                     f'tokens of every example plus the end-of-sequence token; set '
+                     f'--config.max_length={data.max_length + 1} (or less, to cut).')
+  converted = {}  # id(array) -> its copy with EOS: a split shared by two names stays one copy
+
+  def convert(ids):
+    if id(ids) not in converted:
+      # Readers pad at the end, so a padded row's length is its number of nonzero ids.
+      lengths = np.full(len(ids), ids.shape[1]) if full_length else np.sum(ids != 0, axis=1)
+      converted[id(ids)] = append_eos(ids, lengths, eos_id, max_length)
+    return converted[id(ids)]
+
+  splits = {split: {name: convert(a) if name.startswith('inputs') else a
+                    for name, a in arrays.items()} for split, arrays in data.splits.items()}
+  return dataclasses.replace(data, splits=splits, vocab_size=data.vocab_size + 1,
+                             max_length=max_length, source={**data.source, 'eos_id': eos_id})
+
+
+# ----------------------------------------------------------------------------------------------
 # Release or generated: the tasks that have a generator (ListOps, Pathfinder) never write into
 # a folder of the LRA release, and say where a misplaced release is.
 # ----------------------------------------------------------------------------------------------

@@ -51,7 +51,14 @@ def load_image(config) -> base.TaskData:
   Arrays are cached in <data root>/<dataset_name>/cache_gray.npz.
   """
   data_dir = tfds_source.tfds_dir(config)
-  if config.max_length != NUM_PIXELS:
+  if config.get('append_eos', False):
+    # The EOS follows the pixels (datasets.load_task); a shorter max_length cuts the sequence
+    # as the Luna authors' 1024 positions did (protocols.py).
+    if not 0 < config.max_length <= NUM_PIXELS + 1:
+      raise ValueError(f'config.max_length must be at most {NUM_PIXELS + 1} (32 x 32 pixels and '
+                       f'the end-of-sequence token) for the image task with append_eos, got '
+                       f'{config.max_length}.')
+  elif config.max_length != NUM_PIXELS:
     raise ValueError(f'config.max_length must be {NUM_PIXELS} (32 x 32 pixels) for the image '
                      f'task, got {config.max_length}.')
 

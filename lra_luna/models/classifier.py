@@ -236,16 +236,19 @@ class LunaEncoder(nnx.Module):
     return x, (p, p_mask)
 
 
-def pool(head: str, x, mask, packed):
+def pool(head: str, x, mask, packed, *, mean_includes_cls: bool = False):
   """Sentence representation (luna.md §5).
 
-  cls: final X at position 0; mean: mean of final X over real tokens ([CLS] excluded);
+  cls: final X at position 0; mean: mean of final X over real tokens ([CLS] excluded, or included
+  with `mean_includes_cls` as the Luna authors' 'mp' pooling; their release also averages pad
+  rows, which we never do, so on fixed-length inputs the two differ only by [CLS]);
   mean_p: mean over the (unmasked) rows of Luna's final P (paper §4.1, Table 3).
   """
   if head == 'cls':
     return x[:, 0]
   if head == 'mean':
-    token_mask = mask.at[:, 0].set(False)[..., None].astype(jnp.float32)
+    token_mask = (mask if mean_includes_cls else mask.at[:, 0].set(False))
+    token_mask = token_mask[..., None].astype(jnp.float32)
     return jnp.sum(x * token_mask, axis=1) / jnp.maximum(jnp.sum(token_mask, axis=1), 1.0)
   if head == 'mean_p':
     if packed is None:
@@ -261,16 +264,18 @@ class ClassifierHead(nnx.Module):
   """Linear(in -> hidden) + ReLU + Linear(hidden -> classes), no dropout (luna.md §5).
 
   With several hidden widths (the LRA dual head: mlp_dim, mlp_dim / 2) one Linear+ReLU each.
+  `last_bias=False` drops the bias of the last Linear (the Luna authors' release).
   """
 
   def __init__(self, in_dim: int, hidden: tuple, num_classes: int, *, init: str, dtype,
-               rngs: nnx.Rngs):
+               rngs: nnx.Rngs, last_bias: bool = True):
     widths = (in_dim, *hidden)
     # BERT-style init: N(0, 0.02) for every Linear; otherwise Flax's default (LeCun normal).
     kernel = {'kernel_init': jax.nn.initializers.normal(0.02)} if init == 'bert' else {}
     self.hidden = nnx.List([nnx.Linear(a, b, dtype=dtype, rngs=rngs, **kernel)
                             for a, b in zip(widths[:-1], widths[1:])])
-    self.logits = nnx.Linear(widths[-1], num_classes, dtype=dtype, rngs=rngs, **kernel)
+    self.logits = nnx.Linear(widths[-1], num_classes, use_bias=last_bias, dtype=dtype, rngs=rngs,
+                             **kernel)
 
   def __call__(self, x):
     for layer in self.hidden:
@@ -305,16 +310,19 @@ class SequenceClassifier(nnx.Module):
       raise ValueError(f"head 'mean_p' needs a Luna model (attention 'luna'), not "
                        f"{mc.attention!r}; use head 'cls' or 'mean'.")
     self.head = mc.head
+    # Options absent from the config of a run made before they existed keep their defaults.
+    self.mean_includes_cls = mc.get('mean_includes_cls', False)
     self.mask_padding = mc.mask_padding
     self.encoder = build_encoder(mc, dtype, rngs)
     self.classifier = ClassifierHead(mc.dim, (mc.classifier_dim,), mc.num_classes,
-                                     init=mc.init, dtype=dtype, rngs=rngs)
+                                     init=mc.init, dtype=dtype, rngs=rngs,
+                                     last_bias=mc.get('classifier_bias', True))
 
   def encode(self, ids, *, deterministic=True, rngs=None):
     """ids [B, n] -> pooled representation [B, D]."""
     ids, mask = with_cls(ids, self.encoder.embedding.cls_id, self.mask_padding)
     x, packed = self.encoder(ids, mask, deterministic=deterministic, rngs=rngs)
-    return pool(self.head, x, mask, packed)
+    return pool(self.head, x, mask, packed, mean_includes_cls=self.mean_includes_cls)
 
   def __call__(self, batch, *, deterministic=True, rngs=None):
     return self.classifier(self.encode(batch['inputs'], deterministic=deterministic, rngs=rngs))
@@ -322,22 +330,32 @@ class SequenceClassifier(nnx.Module):
 
 class DualEncoderClassifier(SequenceClassifier):
   """Retrieval (lra.md §3): one shared encoder reads each document; the head sees [a, b]
-  (or [a, b, a*b, a-b] with `mc.pair_features = 'full'`) through two hidden layers."""
+  (or [a, b, a*b, a-b] with `mc.pair_features = 'full'`, or the Luna authors' [b, a] with
+  'concat_reversed') through two hidden layers (classifier_dim, classifier_dim / 2; LRA) or
+  one (classifier_dim; the Luna authors) as `mc.dual_head_layers` says."""
+
+  PAIR_FEATURES = {'concat': lambda a, b: [a, b], 'full': lambda a, b: [a, b, a * b, a - b],
+                   'concat_reversed': lambda a, b: [b, a]}
+  HIDDEN_WIDTHS = {1: lambda width: (width,), 2: lambda width: (width, width // 2)}
 
   def __init__(self, mc, rngs: nnx.Rngs):
     super().__init__(mc, rngs)
-    if mc.pair_features not in ('concat', 'full'):
-      raise ValueError(f"Unknown pair_features {mc.pair_features!r}; valid: 'concat', 'full'.")
+    if mc.pair_features not in self.PAIR_FEATURES:
+      raise ValueError(f'Unknown pair_features {mc.pair_features!r}; valid: '
+                       f'{list(self.PAIR_FEATURES)}.')
+    num_hidden = mc.get('dual_head_layers', 2)
+    if num_hidden not in self.HIDDEN_WIDTHS:
+      raise ValueError(f'Unknown dual_head_layers {num_hidden!r}; valid: {list(self.HIDDEN_WIDTHS)}.')
     self.pair_features = mc.pair_features
-    in_dim = mc.dim * (2 if mc.pair_features == 'concat' else 4)
-    self.classifier = ClassifierHead(in_dim, (mc.classifier_dim, mc.classifier_dim // 2),
+    in_dim = mc.dim * (4 if mc.pair_features == 'full' else 2)
+    self.classifier = ClassifierHead(in_dim, self.HIDDEN_WIDTHS[num_hidden](mc.classifier_dim),
                                      mc.num_classes, init=mc.init, dtype=compute_dtype(mc.dtype),
-                                     rngs=rngs)
+                                     rngs=rngs, last_bias=mc.get('classifier_bias', True))
 
   def __call__(self, batch, *, deterministic=True, rngs=None):
     a = self.encode(batch['inputs1'], deterministic=deterministic, rngs=rngs)
     b = self.encode(batch['inputs2'], deterministic=deterministic, rngs=rngs)
-    features = [a, b] if self.pair_features == 'concat' else [a, b, a * b, a - b]
+    features = self.PAIR_FEATURES[self.pair_features](a, b)
     return self.classifier(jnp.concatenate(features, axis=-1))
 
 

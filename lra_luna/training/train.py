@@ -362,6 +362,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
   all_results = []
   for i, seed in enumerate(seeds):
     results = {'task': config.task, 'model': label, 'head': config.model.head,
+               'protocol': config.get('protocol', 'lra'),
                'seed': int(seed), 'num_params': num_params, 'steps': config.num_train_steps,
                'test_majority_rate': majority_rate(data.splits['test']['targets']),
                'data': data.source}
