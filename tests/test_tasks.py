@@ -383,3 +383,27 @@ def test_quick_config_trains(tmp_path, mock_tfds, task):
   results = train.train_and_evaluate(config, tmp_path / 'run')
   assert results['steps'] == 2 and np.isfinite(results['test_loss'])
   assert json.loads((tmp_path / 'run' / 'results.json').read_text())['task'] == task
+
+
+# ----------------------------------------------------------------------------------------------
+# The Luna authors' protocol: a few steps of each task's luna16,paper on tiny data.
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize('task', ('listops', 'text', 'retrieval', 'image', 'pathfinder'))
+def test_paper_config_trains(tmp_path, mock_tfds, task):
+  # The authors' model (sizes, head, tokens, optimizer) on short inputs, two steps, one eval.
+  config = task_config(task, 'luna16,paper')
+  config.update(data_dir=str(tmp_path / 'root'), batch_size=2, eval_batch_size=4,
+                **STEP_OVERRIDES)
+  if task == 'listops':
+    config.update(data_source='generated', max_length=24)
+    config.listops.update(num_train=8, num_val=4, num_test=4, min_length=4, max_length=20)
+  if task in ('text', 'retrieval'):
+    config.max_length = 24
+  if task == 'retrieval':
+    write_aan(tmp_path / 'root' / 'aan')
+  if task == 'pathfinder':
+    config.pathfinder.update(num_images=20, images_per_batch=20)
+  results = train.train_and_evaluate(config, tmp_path / 'run')
+  assert results['protocol'] == 'paper' and results['steps'] == 2
+  assert np.isfinite(results['test_loss'])
+  assert results['data']['eos_id'] == {'listops': 16, 'image': 256, 'pathfinder': 256}.get(task, 257)
