@@ -2,6 +2,8 @@
 `paper` with `quick` and bad words, the end-of-sequence token, and the authors' head and pooling
 options against their formulas. (Training of each task's luna16,paper: tests/test_tasks.py.)"""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,9 +11,11 @@ import pytest
 from flax import nnx
 
 from lra_luna import config_lib
+from lra_luna import datasets
 from lra_luna import protocols
 from lra_luna.datasets import base
 from lra_luna.models import classifier as models
+from lra_luna.training import train
 
 PAPER_TASKS = tuple(protocols.AUTHORS_TASKS)
 
@@ -153,3 +157,22 @@ def test_authors_retrieval_head_is_one_hidden_layer_on_second_then_first():
   hidden = np.maximum(linear(model.classifier.hidden[0], np.concatenate([second, first], -1)), 0)
   np.testing.assert_allclose(logits, hidden @ np.asarray(model.classifier.logits.kernel[...]),
                              rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('task', PAPER_TASKS)
+def test_paper_model_has_the_authors_parameter_count(task):
+  """luna16,paper built (abstractly: shapes only) against a hand count of the authors' Luna LRA
+  model: tokens (+ EOS, + [CLS]) and positions ([CLS] + max_length), P, the embedding and P
+  LayerNorms, per layer seven D x D projections with bias (pack q/k/v, unpack q/k/v, out), three
+  LayerNorms and the FFN, then Linear(in, C) + ReLU + Linear(C, classes) without bias."""
+  config = config_lib.load_config(f'configs/{task}.py:luna16,paper')
+  vocab_size, num_classes = datasets.task_sizes(task, append_eos=True)
+  mc = train.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
+                                                        num_classes=num_classes))
+  built = models.count_params(nnx.eval_shape(lambda: models.build_model(mc, seed=0)))
+  d, f, c, k = mc.dim, mc.ffn_dim, mc.classifier_dim, num_classes
+  layer = 7 * (d * d + d) + 3 * 2 * d + (d * f + f) + (f * d + d)
+  head_in = 2 * d if task == 'retrieval' else d
+  hand = ((vocab_size + 1) * d + (config.max_length + 1) * d + 16 * d + 2 * 2 * d
+          + mc.num_layers * layer + head_in * c + c + c * k)
+  assert built == hand
