@@ -11,28 +11,36 @@ import sys
 from absl import app
 from absl import flags
 from absl import logging
-from ml_collections import config_flags
 
 from lra_luna import config_lib
 from lra_luna.training import train
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file('config', None, 'configs/<task>.py:<model>[,quick]',
-                                lock_config=True)
+flags.DEFINE_string('config', None, 'configs/<task>.py:<words>: a model (luna16, transformer, '
+                    '...) and variant words (quick); --config.<key>=<value> sets any field.')
 flags.DEFINE_string('workdir', None, 'Run folder: checkpoints, metrics, results.json.')
 flags.DEFINE_bool('overwrite', False, 'Delete a previous run with another config in --workdir.')
-flags.mark_flags_as_required(['config', 'workdir'])
+CONFIG = None  # The config that --config and the --config.<key> flags give (parse_flags).
 
 
 def parse_flags(argv):
-  """absl's flag parsing, with a bad --config or --config.<key> answered in one line."""
-  spec, overrides = config_lib.config_flags_of(argv)
-  if spec:
-    try:
-      config_lib.load_config(spec, overrides)
-    except ValueError as e:
-      sys.exit(f'error: {e}')
-  return FLAGS(argv)
+  """absl's flag parsing and the config built once; a mistake is answered in one line."""
+  global CONFIG
+  rest, spec, overrides = config_lib.split_config_flags(argv)
+  try:
+    remaining = FLAGS(rest)
+  except flags.Error as e:
+    sys.exit(f'error: {str(e).strip().splitlines()[0]} (python run_lra.py --help lists the '
+             'flags).')
+  for name in ('config', 'workdir'):
+    if FLAGS[name].value is None:
+      sys.exit(f'error: --{name} is required: python run_lra.py --config '
+               'configs/<task>.py:<words> --workdir <run folder>.')
+  try:
+    CONFIG = config_lib.load_config(spec, overrides)
+  except ValueError as e:
+    sys.exit(f'error: {e}')
+  return remaining
 
 
 def main(argv):
@@ -42,7 +50,7 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO; --verbosity=0 shows it.
   train.maybe_initialize_distributed()
   try:
-    results = train.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
+    results = train.train_and_evaluate(CONFIG, FLAGS.workdir, overwrite=FLAGS.overwrite)
   except (ValueError, train.TrainingError) as e:
     # Bad input gets one clear message, not a traceback.
     sys.exit(f'error: {e}')

@@ -9,9 +9,9 @@ The Luna authors' protocol (their released LRA scripts):
   python run_lra.py --config configs/image.py:luna16,paper --workdir runs/image_luna16_paper
 Quick (2-core CPU: ~1 min with luna16, ~9 with the transformer's 1025 x 1025 attention):
   python run_lra.py --config configs/image.py:luna16,quick --workdir runs/image_luna16_quick
-Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',paper'
-(the Luna authors' protocol) and/or ',quick' (with ',paper': the authors' model details,
-tokens and optimizer at the quick sizes, steps and rates).
+Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick,
+paper (the Luna authors' protocol; with quick: their model details, tokens and optimizer at
+the quick sizes, steps and rates).
 """
 
 import ml_collections
@@ -21,7 +21,7 @@ from lra_luna import protocols
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
-  model_name, quick, paper = config_lib.parse_arg(arg, default_model='luna16')
+  arg = config_lib.parse_arg(arg)
   c = config_lib.base_config()
   c.task = 'image'
   c.dataset_name = 'image'         # folder of the token-array cache under the data root
@@ -33,7 +33,6 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   c.warmup_steps = 175             # LRA (the Luna reference script used 4000)
   c.schedule = 'cosine'            # LRA: linear warmup, then cosine decay
   c.learning_rate = 5e-3           # Luna paper Table 4 (LRA: 5e-4)
-  c.weight_decay = 0.0             # LRA
   c.eval_every = 1000
   c.checkpoint_every = 1000
 
@@ -44,21 +43,17 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.num_layers = 1
   m.ffn_dim = 128                  # mlp_dim
   m.classifier_dim = 128
-  # Luna paper Table 4; LRA used 0.3 / 0.2 and the Luna reference script 0.3 / 0.1: we follow
-  # the paper.
-  m.dropout = 0.1
+  # Dropout 0.1 (the default) and attention dropout 0.3: Luna paper Table 4; LRA used 0.3 / 0.2
+  # and the Luna reference script 0.3 / 0.1: we follow the paper.
   m.attention_dropout = 0.3
-  m.positions = 'learned'          # LRA and the Luna reference
-  m.init = 'reference'             # Luna reference (xavier) for the tasks other than ListOps, Text
-  m.head = 'cls'                   # LRA
   m.mask_padding = False           # pixel 0 is black, not padding (LRA masked it: lra.md §1)
-  config_lib.set_model(c, model_name)
+  config_lib.set_model(c, arg.model)
 
-  if paper:
+  if arg.paper:
     # The Luna authors' protocol: their sizes, rates, tokens and head (lra_luna/protocols.py).
     protocols.use_authors_protocol(c)
 
-  if quick:
+  if arg.quick:
     # The full 1024-pixel images and a tiny model: a 2-core CPU trains it in minutes.
     c.batch_size = 32
     c.eval_batch_size = 8            # small batches evaluate faster on a CPU

@@ -8,9 +8,9 @@ Quick (2-core CPU, a few minutes, data generated on first use):
   python run_lra.py --config configs/listops.py:luna16,quick --workdir runs/listops_luna16_quick
 Release data: `python data/import_lra_release.py <lra_release>` links listops-1000/ into the data
 root, which data_source 'auto' then prefers; --config.data_source=release requires it.
-Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',paper'
-(the Luna authors' protocol) and/or ',quick' (with ',paper': the authors' model details,
-tokens and optimizer at the quick sizes, steps and rates).
+Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick,
+paper (the Luna authors' protocol; with quick: their model details, tokens and optimizer at
+the quick sizes, steps and rates).
 """
 
 import ml_collections
@@ -20,10 +20,9 @@ from lra_luna import protocols
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
-  model_name, quick, paper = config_lib.parse_arg(arg, default_model='luna16')
+  arg = config_lib.parse_arg(arg)
   c = config_lib.base_config()
   c.task = 'listops'
-  c.data_source = 'auto'           # <root>/listops-1000 (the release) if there, else generated
   c.dataset_name = 'listops-generated'  # folder of the generated set under the data root
   c.max_length = 2000              # longest generated expression is < 2000 tokens
   c.batch_size = 32                # LRA
@@ -54,18 +53,14 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.num_layers = 4
   m.ffn_dim = 1024                 # mlp_dim
   m.classifier_dim = 1024
-  m.dropout = 0.1                  # Luna paper Table 4
-  m.attention_dropout = 0.1        # Luna paper Table 4
-  m.positions = 'learned'          # Luna reference (LRA's Transformer used sinusoidal)
   m.init = 'bert'                  # Luna reference for ListOps and Text (luna.md §5)
-  m.head = 'cls'                   # LRA and the Luna paper's Table 1
-  config_lib.set_model(c, model_name)
+  config_lib.set_model(c, arg.model)
 
-  if paper:
+  if arg.paper:
     # The Luna authors' protocol: their sizes, rates, tokens and head (lra_luna/protocols.py).
     protocols.use_authors_protocol(c)
 
-  if quick:
+  if arg.quick:
     # A smaller task and model that a 2-core CPU trains in minutes and still learns.
     c.data_source = 'generated'    # the quick set is always ours (release examples are longer)
     c.dataset_name = 'listops-quick'
@@ -78,8 +73,6 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
     c.warmup_steps = 150
     c.learning_rate = 2e-3
     c.weight_decay = 0.0
-    c.eval_every = 500
-    c.checkpoint_every = 500
     c.log_every = 100
     m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 64, 4, 2, 128, 128
     m.dropout = m.attention_dropout = 0.0

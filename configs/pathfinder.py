@@ -10,9 +10,9 @@ The Luna authors' protocol (their released LRA scripts):
 Quick (2-core CPU: ~1 min with luna16, several with the transformer; 2000 images generated
 under <data root>/pathfinder-quick):
   python run_lra.py --config configs/pathfinder.py:luna16,quick --workdir runs/pathfinder_luna16_quick
-Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',paper'
-(the Luna authors' protocol) and/or ',quick' (with ',paper': the authors' model details,
-tokens and optimizer at the quick sizes, steps and rates).
+Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick,
+paper (the Luna authors' protocol; with quick: their model details, tokens and optimizer at
+the quick sizes, steps and rates).
 """
 
 import ml_collections
@@ -22,11 +22,10 @@ from lra_luna import protocols
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
-  model_name, quick, paper = config_lib.parse_arg(arg, default_model='luna16')
+  arg = config_lib.parse_arg(arg)
   c = config_lib.base_config()
   c.task = 'pathfinder'
-  # 'auto': the release's <root>/pathfinder<res>/ if there, else our generated set.
-  c.data_source = 'auto'
+  # data_source 'auto' (the default): the release's <root>/pathfinder<res>/ if there, else ours.
   c.dataset_name = 'pathfinder-generated'  # folder of generated sets under the data root
   c.max_length = 1024              # 32 x 32 pixels, fixed
   c.batch_size = 512               # LRA
@@ -35,7 +34,6 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   c.warmup_steps = 312             # LRA (the Luna reference script used 4000)
   c.schedule = 'cosine'            # LRA: linear warmup, then cosine decay
   c.learning_rate = 1e-3           # Luna paper Table 4 and LRA
-  c.weight_decay = 0.0             # LRA
   c.eval_every = 2000
   c.checkpoint_every = 2000
 
@@ -59,18 +57,15 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.ffn_dim = 32                   # mlp_dim (LRA's qkv_dim 16 has no counterpart here)
   m.classifier_dim = 32
   m.dropout = 0.2                  # Luna paper Table 4 and LRA
-  m.attention_dropout = 0.1        # Luna paper Table 4
-  m.positions = 'learned'          # Luna reference (LRA's Transformer used sinusoidal)
-  m.init = 'reference'             # Luna reference (xavier) for the tasks other than ListOps, Text
   m.head = 'mean'                  # LRA's table (MEAN); override with --config.model.head=cls
   m.mask_padding = False           # pixel 0 is black, not padding (lra.md §1)
-  config_lib.set_model(c, model_name)
+  config_lib.set_model(c, arg.model)
 
-  if paper:
+  if arg.paper:
     # The Luna authors' protocol: their sizes, rates, tokens and head (lra_luna/protocols.py).
     protocols.use_authors_protocol(c)
 
-  if quick:
+  if arg.quick:
     # 2000 freshly generated images and a tiny model: a 2-core CPU runs it in minutes (above
     # chance only by luck: Pathfinder needs the full set). The quick set gets its own folder
     # (dataset_name), so it never mixes with the full one.

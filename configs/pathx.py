@@ -10,8 +10,8 @@ Quick (2-core CPU, a minute with a Luna model; 400 images generated under
 <data root>/pathx-quick; softmax attention over 16385 tokens needs ~26 GB at this batch of 4,
 so run the transformer's quick variant on a GPU):
   python run_lra.py --config configs/pathx.py:luna16,quick --workdir runs/pathx_luna16_quick
-Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',quick'
-(',paper' is refused: the Luna authors released no Path-X run).
+Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick
+(paper is refused: the Luna authors released no Path-X run).
 """
 
 import ml_collections
@@ -21,11 +21,10 @@ from lra_luna import protocols
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
-  model_name, quick, paper = config_lib.parse_arg(arg, default_model='luna16')
+  arg = config_lib.parse_arg(arg)
   c = config_lib.base_config()
   c.task = 'pathx'
-  # 'auto': the release's <root>/pathfinder<res>/ if there, else our generated set.
-  c.data_source = 'auto'
+  # data_source 'auto' (the default): the release's <root>/pathfinder<res>/ if there, else ours.
   c.dataset_name = 'pathfinder-generated'  # folder of generated sets under the data root
   c.max_length = 16384             # 128 x 128 pixels, fixed
   c.batch_size = 64                # LRA
@@ -34,7 +33,6 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   c.warmup_steps = 2500            # LRA
   c.schedule = 'cosine'            # LRA: linear warmup, then cosine decay
   c.learning_rate = 1e-3           # LRA (the Luna paper has no Path-X row)
-  c.weight_decay = 0.0             # LRA
   c.grad_clip_norm = 1.0           # LRA
   c.eval_every = 10000
   c.checkpoint_every = 10000
@@ -59,18 +57,15 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.ffn_dim = 32                   # mlp_dim (LRA's qkv_dim 16 has no counterpart here)
   m.classifier_dim = 32
   m.dropout = 0.2                  # Luna paper Table 4, Pathfinder row (no Path-X row)
-  m.attention_dropout = 0.1        # Luna paper Table 4, Pathfinder row
-  m.positions = 'learned'          # LRA
-  m.init = 'reference'             # Luna reference (xavier) for the tasks other than ListOps, Text
   m.head = 'mean'                  # LRA's table (MEAN); override with --config.model.head=cls
   m.mask_padding = False           # pixel 0 is black, not padding (lra.md §1)
-  config_lib.set_model(c, model_name)
+  config_lib.set_model(c, arg.model)
 
-  if paper:
+  if arg.paper:
     # Refused in one line naming the tasks that have one: the authors released no Path-X run.
     protocols.use_authors_protocol(c)
 
-  if quick:
+  if arg.quick:
     # 400 freshly generated 128 px images (in their own folder, dataset_name, so they never
     # mix with the full set), full 16384-token inputs, a tiny model: a
     # smoke test of the pipeline at Path-X length, not a result.

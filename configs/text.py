@@ -9,9 +9,9 @@ The Luna authors' protocol (their released LRA scripts):
   python run_lra.py --config configs/text.py:luna16,paper --workdir runs/text_luna16_paper
 Quick (2-core CPU: ~1 min with luna16, ~3 with the transformer; 256 bytes, a tiny model):
   python run_lra.py --config configs/text.py:luna16,quick --workdir runs/text_luna16_quick
-Argument: a model name (transformer, luna16, luna128, luna256, ...), optionally ',paper'
-(the Luna authors' protocol) and/or ',quick' (with ',paper': the authors' model details,
-tokens and optimizer at the quick sizes, steps and rates).
+Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick,
+paper (the Luna authors' protocol; with quick: their model details, tokens and optimizer at
+the quick sizes, steps and rates).
 """
 
 import ml_collections
@@ -21,7 +21,7 @@ from lra_luna import protocols
 
 
 def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
-  model_name, quick, paper = config_lib.parse_arg(arg, default_model='luna16')
+  arg = config_lib.parse_arg(arg)
   c = config_lib.base_config()
   c.task = 'text'
   c.dataset_name = 'text'          # folder of the token-array cache under the data root
@@ -52,19 +52,16 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.classifier_dim = 1024
   m.dropout = 0.3                  # Luna paper Table 4
   m.attention_dropout = 0.3        # Luna paper Table 4
-  m.positions = 'learned'          # Luna reference (LRA's Transformer used sinusoidal)
   m.init = 'bert'                  # Luna reference for ListOps and Text (luna.md §5)
-  m.head = 'cls'                   # LRA and the Luna paper's Table 1
-  config_lib.set_model(c, model_name)
+  config_lib.set_model(c, arg.model)
 
-  if paper:
+  if arg.paper:
     # The Luna authors' protocol: their sizes, rates, tokens and head (lra_luna/protocols.py).
     protocols.use_authors_protocol(c)
 
-  if quick:
+  if arg.quick:
     # The same reviews cut to 256 bytes and a tiny model: a 2-core CPU trains it in minutes.
     c.max_length = 256
-    c.batch_size = 32
     c.eval_batch_size = 32           # small batches evaluate faster on a CPU
     c.num_train_steps = 300
     c.warmup_steps = 30

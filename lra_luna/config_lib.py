@@ -1,19 +1,24 @@
-"""Default config, model presets and config checks shared by every `configs/<task>.py`.
+"""Default config, model presets, config words and config checks shared by every task config.
 
-A task config calls `base_config()`, sets its task fields, then `set_model(config, name)`.
-`validate(config)` is run before training and names the bad field and its valid choices.
+A task config (`configs/<task>.py`) reads its words with `parse_arg(arg)`, calls `base_config()`,
+sets what is its own, then `set_model(config, arg.model)`. `validate(config)` is run before
+training and names the bad field and its valid choices. `load_config(spec, overrides)` builds
+the config of `--config=configs/<task>.py:<words>` and `--config.<key>=<value>` flags once,
+with one-line errors.
 """
 
+import dataclasses
 import difflib
+import importlib.util
 import pathlib
-from typing import NamedTuple
+import types
 
 from absl import flags
 import ml_collections
 from ml_collections import config_flags
 
 from lra_luna import protocols
-from lra_luna.models import plugins
+from lra_luna.models import model_config
 
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx')
 # Model name -> (attention, pack length l or None).
@@ -40,113 +45,88 @@ DATA_SOURCES = {
 }
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / 'configs'
 
-
-# Variant words of `configs/<task>.py:<model>,<variant>,...` -> what each one does.
-VARIANTS = {
-    'quick': 'a small task and model a 2-core CPU trains in minutes',
-    'paper': "the Luna authors' protocol, lra_luna/protocols.py",
+# The words after the colon of `configs/<task>.py:<words>` and their defaults. A model name sets
+# `model`; a bare word turns its flag on; `key=value` sets any word. Adding a variant is one line
+# here (then its values in the task configs).
+WORDS = {
+    'model': 'luna16',  # a MODELS preset
+    'quick': False,     # a small task and model that a 2-core CPU trains in minutes
+    'paper': False,     # the Luna authors' protocol instead of LRA's (lra_luna/protocols.py)
 }
 
 
-class ConfigArg(NamedTuple):
-  """What the words after the colon of `--config=configs/<task>.py:<words>` ask for."""
-  model: str     # a MODELS name
-  quick: bool    # 'quick': the CPU-sized version of the task
-  paper: bool    # 'paper': the Luna authors' protocol instead of LRA's
+def parse_arg(arg: str | None, **defaults) -> types.SimpleNamespace:
+  """'luna16,quick' or 'model=luna16,quick=true' -> namespace(model='luna16', quick=True).
 
-
-def parse_arg(arg: str | None, default_model: str) -> ConfigArg:
-  """'luna16,paper,quick' or 'model=luna16,quick' -> ConfigArg('luna16', quick, paper).
-
-  ValueError in one line naming the valid models and variants for any other word.
+  big_vision's parse_arg: the words and their defaults are WORDS updated with `defaults`; a later
+  word wins over an earlier one. ValueError in one line for a word that is none of them.
   """
-  model, variants = default_model, set()
-  for part in filter(None, (arg or '').split(',')):
-    part = part.strip()
-    if part in VARIANTS:
-      variants.add(part)
-    elif part.startswith('model='):
-      model = part[len('model='):]
-    elif part in MODELS:
-      model = part
-    else:
-      raise ValueError(f'Unknown word {part!r} in config argument {arg!r}: it is neither a model '
-                       f'nor a variant. Valid models: {sorted(MODELS)}; valid variants: '
-                       + '; '.join(f'{k!r} ({v})' for k, v in VARIANTS.items()) + '.')
-  if model not in MODELS:
-    raise ValueError(f'Unknown model {model!r} in config argument {arg!r}; valid choices: '
-                     f'{sorted(MODELS)}.')
-  return ConfigArg(model, 'quick' in variants, 'paper' in variants)
+  values = {**WORDS, **defaults}
+  flag_words = [key for key, value in values.items() if isinstance(value, bool)]
+  for word in filter(None, (w.strip() for w in (arg or '').split(','))):
+    key, has_value, value = word.partition('=')
+    if not has_value:
+      key, value = ('model', word) if word in MODELS else (word, True)
+    if key not in values or (value is True and key not in flag_words):
+      close = difflib.get_close_matches(key, [*MODELS, *flag_words], n=1, cutoff=0.6)
+      kind = 'model' if close and close[0] in MODELS else 'word'
+      hint = f' Did you mean {close[0]!r}?' if close else ''
+      raise ValueError(f'Unknown {kind} {key!r} in config argument {arg!r}.{hint} Valid words: '
+                       f'a model ({", ".join(MODELS)}), {", ".join(flag_words)}, or key=value '
+                       f'for {", ".join(values)}.')
+    values[key] = _word_value(key, value, values[key], arg)
+  if values['model'] not in MODELS:
+    raise ValueError(f'Unknown model {values["model"]!r} in config argument {arg!r}; valid '
+                     f'choices: {sorted(MODELS)}.')
+  return types.SimpleNamespace(**values)
+
+
+def _word_value(key: str, value, default, arg):
+  """A word's value in its default's type ('true' / 'false' for a flag)."""
+  if not isinstance(default, bool) or isinstance(value, bool):
+    return type(default)(value)
+  if value.lower() not in ('true', 'false'):
+    raise ValueError(f'{key}={value} in config argument {arg!r}: expected {key}=true or '
+                     f'{key}=false (or the bare word {key}).')
+  return value.lower() == 'true'
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """Every field a run reads, with its default. Task configs override what differs."""
+  """Every field a run reads, with its task-neutral default. A task config sets what is its own:
+  the fields marked "each task" are placeholders that validate() refuses."""
   c = ml_collections.ConfigDict()
   c.task = ''                       # one of TASKS
   c.protocol = 'lra'                # 'lra' (LRA sizes, Table 4 rates) | 'paper' (protocols.py)
   c.model_name = ''                 # one of MODELS (set by set_model); a plug-in needs 'transformer'
   c.seed = 0                        # training seed: parameters, dropout and data order
   c.data_dir = ''                   # data root; '' = $LRA_DATA_DIR, else <repo>/data/store
-  c.dataset_name = ''               # folder of this task's files under the data root
+  c.dataset_name = ''               # folder of this task's files under the data root (each task)
   c.data_source = 'auto'            # 'auto' | 'release' | 'generated' | 'tfds' (DATA_SOURCES)
-  c.max_length = 1000               # tokens per example after truncation ([CLS] not counted)
+  c.max_length = 0                  # tokens per example after truncation, [CLS] not counted (each task)
   c.max_truncated_fraction = 0.01   # refuse data when more than this share of examples is cut
   # Append an end-of-sequence token (id = the task's vocab size) to every sequence before the cut
   # to max_length, as the Luna authors' binarised data (max_length counts it; a sequence of
   # max_length tokens or more loses it). Pixel tasks then need max_length 1025.
   c.append_eos = False
-  c.batch_size = 32                 # global training batch, split over all devices
-  c.eval_batch_size = 64            # global evaluation batch (last batch padded and masked)
-  c.num_train_steps = 5000          # optimizer steps
-  c.warmup_steps = 1000             # linear warmup steps of the schedule
-  c.schedule = 'rsqrt'              # 'rsqrt': warmup then lr*sqrt(w/s); 'cosine': warmup then cosine to 0
-  c.learning_rate = 1e-4            # peak learning rate (at the end of warmup)
-  c.weight_decay = 0.1              # AdamW decoupled weight decay (scaled by the learning rate)
+  c.batch_size = 0                  # global training batch, split over all devices (each task)
+  c.eval_batch_size = 0             # global evaluation batch, last batch padded and masked (each task)
+  c.num_train_steps = 0             # optimizer steps (each task)
+  c.warmup_steps = 0                # linear warmup steps of the schedule (each task)
+  c.schedule = ''                   # 'rsqrt': warmup then lr*sqrt(w/s); 'cosine': warmup then cosine to 0 (each task)
+  c.learning_rate = 0.0             # peak learning rate, at the end of warmup (each task)
+  c.weight_decay = 0.0              # AdamW decoupled weight decay (scaled by the learning rate); 0 = none
   c.adam_b1 = 0.9                   # Adam beta1 (LRA, Luna reference)
   c.adam_b2 = 0.98                  # Adam beta2 (LRA, Luna reference)
   c.adam_eps = 1e-8                 # Adam epsilon
   c.grad_clip_norm = 0.0            # global-norm gradient clipping; 0 = none (Path-X uses 1.0)
-  c.eval_every = 500                # steps between validation passes (and at the end)
+  c.eval_every = 0                  # steps between validation passes, and at the end (each task)
   c.log_every = 50                  # steps between training-metric log lines
-  c.checkpoint_every = 500          # steps between checkpoints
+  c.checkpoint_every = 0            # steps between checkpoints (each task)
   c.max_eval_batches = 0            # 0 = whole split; >0 caps validation batches (debugging only)
-  c.progress_bar = True             # tqdm bar (off automatically when $CI is set)
-
-  m = c.model = ml_collections.ConfigDict()
-  m.attention = 'softmax'           # a MODELS attention (set by set_model) or a plug-in 'x.py:Class'
-  m.attention_implementation = 'vanilla'  # softmax only: 'vanilla' (n x n matrix) | 'fused'
-  m.attention_options = ml_collections.ConfigDict()  # constructor options of a baseline or plug-in
-  m.dim = 512                       # model width D
-  m.num_heads = 8                   # heads H (Luna: unpack heads)
-  m.num_pack_heads = 0              # Luna pack heads Hp; 0 = same as num_heads (reference LRA)
-  m.num_layers = 4                  # encoder layers
-  m.ffn_dim = 1024                  # feed-forward hidden width
-  m.classifier_dim = 1024           # classifier hidden width (reference: = ffn_dim)
-  m.dropout = 0.1                   # residual, embedding and P dropout
-  m.attention_dropout = 0.1         # dropout on attention probabilities
-  m.positions = 'learned'           # position embeddings: 'learned' | 'sinusoidal'
-  m.embedding_layernorm = True      # LayerNorm after the embedding (Luna reference; LRA: none)
-  m.init = 'reference'              # 'reference' (xavier, luna.md §1) | 'bert' (N(0, 0.02))
-  m.head = 'cls'                    # sentence representation: 'cls' | 'mean' | 'mean_p'
-  m.mask_padding = True             # pad id 0 is masked; False for pixel tasks (0 is black)
-  m.dual_encoder = False            # Retrieval: two documents through one shared encoder
-  # Dual head input: 'concat' [a, b] | 'full' [a, b, a*b, a-b] | 'concat_reversed' [b, a]
-  # (Luna authors: the second document first).
-  m.pair_features = 'concat'
-  m.dual_head_layers = 2            # dual head hidden layers: 2 (LRA: classifier_dim, then half) | 1
-  m.classifier_bias = True          # bias in the classifier's last Linear (Luna authors: none)
-  m.mean_includes_cls = False       # head 'mean' averages [CLS] too (Luna authors' 'mp' pooling)
-  m.dtype = 'float32'               # compute dtype: 'float32' | 'bfloat16' | 'float16'
-  # Luna only.
-  m.pack_length = 16                # l, length of the extra sequence P
-  m.tie_kv = False                  # one projection for key and value (paper §4.2 "tied kv")
-  m.normalize_before = False        # pre-LN layers (reference option); default post-LN (eq. 6)
-  m.contextual_p = True             # P' of layer i feeds layer i+1; False = own P per layer
-  m.p_init = 'learned'              # P at the input: 'learned' table | 'sinusoidal' (fixed)
-  # Filled in from the data at run time.
-  m.vocab_size = 0                  # token ids are 0..vocab_size-1 ([CLS] is vocab_size)
-  m.num_classes = 0                 # output classes
-  m.max_length = 0                  # = config.max_length
+  c.progress_bar = True             # progress on stderr: a tqdm bar on a terminal, else plain lines (off when $CI is set)
+  # The model: every field of ModelConfig with its default (models/model_config.py says what
+  # each one is and checks it).
+  c.model = dataclasses.asdict(model_config.ModelConfig())
   return c
 
 
@@ -172,6 +152,7 @@ def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.Co
 def model_label(config: ml_collections.ConfigDict) -> str:
   """What results, sweep folders, reports and profiles call config's model: its preset name, or
   the class name of a plug-in attention (plugins.py)."""
+  from lra_luna.models import plugins  # Imported here: report reads labels without JAX.
   attention = config.model.attention
   return plugins.label(attention) if plugins.is_plugin(attention) else config.model_name
 
@@ -182,20 +163,13 @@ def _check_choice(field: str, value, choices) -> None:
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first bad field and its valid choices."""
+  """Raises ValueError naming the first bad field and its valid choices. The model's fields and
+  rules are checked by ModelConfig (models/model_config.py)."""
+  from lra_luna.models import plugins  # Imported here: report reads labels without JAX.
   _check_choice('task', config.task, TASKS)
   _check_choice('model_name', config.model_name, list(MODELS))
   _check_choice('data_source', config.data_source, DATA_SOURCES[config.task])
-  _check_choice('schedule', config.schedule, SCHEDULES)
   _check_choice('protocol', config.protocol, protocols.PROTOCOLS)
-  _check_choice('model.head', config.model.head, ('cls', 'mean', 'mean_p'))
-  _check_choice('model.pair_features', config.model.pair_features,
-                ('concat', 'full', 'concat_reversed'))
-  _check_choice('model.dual_head_layers', config.model.dual_head_layers, (1, 2))
-  _check_choice('model.positions', config.model.positions, ('learned', 'sinusoidal'))
-  _check_choice('model.init', config.model.init, ('reference', 'bert'))
-  _check_choice('model.p_init', config.model.p_init, ('learned', 'sinusoidal'))
-  _check_choice('model.dtype', config.model.dtype, ('float32', 'bfloat16', 'float16'))
   if plugins.is_plugin(config.model.attention):
     if config.model_name != 'transformer':
       raise ValueError(f'config.model.attention = {config.model.attention!r} is a plug-in; it '
@@ -205,12 +179,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
     # Import and constructor errors now, before any data is read or any workdir written.
     plugins.check_constructor(plugins.load_class(config.model.attention),
                               dict(config.model.attention_options))
-  if config.model.head == 'mean_p' and config.model.attention != 'luna':
-    raise ValueError(f"config.model.head = 'mean_p' needs a Luna model, but model_name is "
-                     f"{config.model_name!r}; use 'cls' or 'mean', or a luna model.")
-  for field in ('batch_size', 'eval_batch_size', 'num_train_steps', 'max_length', 'eval_every'):
-    if config[field] <= 0:
-      raise ValueError(f'config.{field} must be positive, got {config[field]}.')
+  model_config.ModelConfig.from_config(config.model)
+  _check_choice('schedule', config.schedule, SCHEDULES)
+  for field in ('batch_size', 'eval_batch_size', 'num_train_steps', 'max_length', 'eval_every',
+                'checkpoint_every', 'log_every', 'learning_rate', 'model.dim', 'model.num_heads',
+                'model.num_layers', 'model.ffn_dim', 'model.classifier_dim'):
+    section, _, key = field.rpartition('.')
+    value = (config[section] if section else config)[key]
+    if value <= 0:
+      raise ValueError(f'config.{field} must be positive, got {value}; set it in the task '
+                       f'config (configs/<task>.py) or with --config.{field}=<value>.')
   if not 0 <= config.max_truncated_fraction <= 1:
     raise ValueError(f'config.max_truncated_fraction must be in [0, 1], got '
                      f'{config.max_truncated_fraction}.')
@@ -266,23 +244,28 @@ def check_override_keys(config: ml_collections.ConfigDict, keys) -> None:
       where = f'config.{section}' if section else 'config'
       listing = (f' The fields of {where} are: {", ".join(fields)}.' if not close else '')
       raise ValueError(f'config.{key} is no config field.{hint}{listing} Each field is '
-                       f'described in lra_luna/config_lib.py.')
+                       'described in lra_luna/config_lib.py, the model fields in '
+                       'lra_luna/models/model_config.py.')
 
 
-def config_flags_of(argv) -> tuple[str | None, list[str]]:
-  """(spec of --config, the --config.<key> flags as `--config.<key>=<value>`) found in argv."""
-  spec, overrides = None, []
+def split_config_flags(argv) -> tuple[list[str], str | None, list[str]]:
+  """(argv without the --config.<key> flags, the spec of --config, those flags as
+  `--config.<key>=<value>`)."""
+  rest, spec, overrides = [], None, []
   args = iter(argv)
   for arg in args:
     name, has_value, value = arg.partition('=')
-    if name in ('--config', '--config.') or name.startswith('--config.'):
+    if name == '--config' or name.startswith('--config.'):
       if not has_value:
         value = next(args, '')
       if name == '--config':
         spec = value
+        rest.append(f'--config={value}')
       else:
         overrides.append(f'{name}={value}')
-  return spec, overrides
+    else:
+      rest.append(arg)
+  return rest, spec, overrides
 
 
 def override_keys(overrides) -> list[str]:
@@ -290,34 +273,27 @@ def override_keys(overrides) -> list[str]:
   return [flag[len('--config.'):].partition('=')[0] for flag in overrides]
 
 
-def flag_error_message(error: BaseException, spec: str, argv) -> str:
-  """One line for an error raised while parsing --config flags: the root cause, not a traceback."""
-  if isinstance(error, ValueError) and not isinstance(error, flags.Error):
-    return str(error)  # already ours
-  chain = [error]
-  while chain[-1].__cause__ or chain[-1].__context__:
-    chain.append(chain[-1].__cause__ or chain[-1].__context__)
-  keys = override_keys(config_flags_of(argv)[1])
-  if keys and any(isinstance(e, (KeyError, AttributeError)) for e in chain):
-    try:  # an unknown key: name it against the config as built without overrides
-      check_override_keys(load_config(spec), keys)
-    except ValueError as e:
-      return str(e)
-  # config_flags wraps an error of get_config() in the text of a traceback: take the cause.
-  message = str(error) if 'Traceback' not in str(error) else str(chain[-1])
-  return message.strip().splitlines()[0] if message.strip() else type(chain[-1]).__name__
-
-
-def load_config(spec: str, overrides=()) -> ml_collections.ConfigDict:
-  """The config that `--config=spec` and `--config.<key>=<value>` overrides give, as run_lra
-  builds it (a locked config: a misspelt key is an error). ValueError in one line otherwise."""
-  config_spec_path(spec)
-  argv = ['lra_luna', f'--config={spec}', *overrides]
+def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
+  """The config that `--config=spec` and `--config.<key>=<value>` overrides give, built once and
+  locked (a misspelt key is an error). `words` are config words put after the spec's own, so
+  that they win (profile: model=transformer). ValueError in one line for a missing config file,
+  an unknown word or key, or a value of the wrong type."""
+  path = config_spec_path(spec)
+  arg = spec.partition(':')[2] if ':' in spec else None
+  if words:
+    arg = ','.join(filter(None, [arg, *(f'{key}={value}' for key, value in words.items())]))
+  module_spec = importlib.util.spec_from_file_location(f'lra_luna_config_{path.stem}', path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  config = module.get_config() if arg is None else module.get_config(arg)
+  config.lock()
+  check_override_keys(config, override_keys(overrides))
+  # config_flags parses the values of the overrides against the fields' types.
   flag_values = flags.FlagValues()  # private flags: the caller's absl flags are left alone
-  config_flags.DEFINE_config_file('config', None, 'config file', flag_values=flag_values,
-                                  lock_config=True, sys_argv=argv)
+  argv = ['lra_luna', *overrides]
+  config_flags.DEFINE_config_dict('config', config, flag_values=flag_values, sys_argv=argv)
   try:
     flag_values(argv)
-    return flag_values.config
-  except Exception as e:  # config_flags raises several types; flag_error_message explains them
-    raise ValueError(flag_error_message(e, spec, argv)) from None
+  except flags.Error as e:
+    raise ValueError(str(e).strip().splitlines()[0]) from None
+  return flag_values.config

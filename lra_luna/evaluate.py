@@ -57,8 +57,8 @@ def saved_checkpoints(workdir, wanted=None) -> dict:
 def restore_model(workdir, config, sizes, checkpoint: str):
   """(graphdef, train state, step) of the run's model at its 'best' or 'last' checkpoint.
   sizes: anything with the task's vocab_size and num_classes (the data, or a namespace)."""
-  mc = train.model_config(config, sizes)
-  graphdef, state, _ = train.init_state(mc, config.seed, train.make_optimizer(config))
+  model_cfg = train.model_config(config, sizes)
+  graphdef, state, _ = train.init_state(model_cfg, config.seed, train.make_optimizer(config))
   ckpt = checkpoints.Checkpoints(workdir)
   try:
     step, state = ckpt.restore_state(CHECKPOINT_FOLDERS[checkpoint], state)

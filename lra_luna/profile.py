@@ -78,9 +78,8 @@ def default_models() -> list[str]:
 def load_config(spec: str, model_name: str):
   """`path/to/<task>.py[:arg]` -> its get_config('<model>[,arg]'); a plug-in attention
   ('file.py:Class', plugins.py) goes into the config of the `transformer` preset."""
-  path, _, arg = spec.partition(':')
   preset = 'transformer' if plugins.is_plugin(model_name) else model_name
-  config = config_lib.load_config(f'{path}:{preset},{arg}' if arg else f'{path}:{preset}')
+  config = config_lib.load_config(spec, model=preset)
   if plugins.is_plugin(model_name):
     config.model.attention = model_name
   return config
@@ -105,12 +104,12 @@ def build_step(config):
   # Training reads these from the data; profiling needs no data (only the embedding and the
   # last layer depend on them).
   vocab_size, num_classes = datasets.task_sizes(config.task, config.get('append_eos', False))
-  mc = train.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
-                                                        num_classes=num_classes))
+  model = train.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
+                                                           num_classes=num_classes))
   tx = train.make_optimizer(config)
-  graphdef, state, num_params = train.init_state(mc, config.seed, tx)
+  graphdef, state, num_params = train.init_state(model, config.seed, tx)
   rng = np.random.default_rng(config.seed)
-  input_names = ('inputs1', 'inputs2') if mc.get('dual_encoder', False) else ('inputs',)
+  input_names = ('inputs1', 'inputs2') if model.dual_encoder else ('inputs',)
   # Ids from 1: no padding, so every model works on the full length.
   batch = {name: rng.integers(1, vocab_size, (config.batch_size, config.max_length), np.int32)
            for name in input_names}

@@ -35,11 +35,11 @@ import sys
 from lra_luna import config_lib
 from lra_luna.training import metrics as metrics_lib
 from lra_luna import published
+from lra_luna.models.model_config import HEADS
 from lra_luna.training import train
 
 TASK_NAMES = {'listops': 'ListOps', 'text': 'Text', 'retrieval': 'Retrieval', 'image': 'Image',
               'pathfinder': 'Pathfinder', 'pathx': 'Path-X'}
-HEADS = ('cls', 'mean', 'mean_p')
 CHECKPOINTS = {'best': 'best checkpoint (highest validation accuracy)',
                'last': 'last checkpoint (end of training)'}
 MISSING = '—'

@@ -32,6 +32,7 @@ from absl import logging
 
 from lra_luna.training import checkpoints
 from lra_luna import config_lib
+from lra_luna.models import model_config
 from lra_luna.training import train
 
 RUN_LRA = pathlib.Path(__file__).resolve().parent.parent / 'run_lra.py'
@@ -78,9 +79,9 @@ def plan(specs, seeds, heads, overrides, sweep_dir) -> list[Run]:
   for spec in specs:
     base = config_lib.load_config(spec, overrides)
     for head in heads or [base.model.head]:
-      if head == 'mean_p' and base.model.attention != 'luna':
+      if head not in model_config.heads_of(base.model.attention):
         # Only Luna has P; the other models of the same sweep still run their other heads.
-        print(f'{spec}: skipping head mean_p (model {config_lib.model_label(base)} has no P).',
+        print(f'{spec}: skipping head {head} (model {config_lib.model_label(base)} has no P).',
               flush=True)
         continue
       for seed in seeds:

@@ -142,7 +142,7 @@ def test_bad_config_flags_get_one_line(tmp_path, flag, fragments):
 
 def test_unknown_model_and_config_file_get_one_line(tmp_path):
   proc = run_cli(tmp_path, tmp_path / 'run', config='listops.py:lunax,quick')
-  assert_one_line_error(proc, "Unknown word 'lunax'", 'luna16')
+  assert_one_line_error(proc, "Unknown model 'lunax'", 'luna16')
   proc = run_cli(tmp_path, tmp_path / 'run', config='listopz.py:luna16')
   assert_one_line_error(proc, 'listopz.py not found', 'configs/listops.py')
 

@@ -10,6 +10,7 @@ from flax import nnx
 from lra_luna import config_lib
 from lra_luna.models import attention
 from lra_luna.models import classifier as models
+from lra_luna.models import model_config
 
 
 def small_model_config(model_name='luna16', **overrides):
@@ -18,7 +19,7 @@ def small_model_config(model_name='luna16', **overrides):
   m.update(dim=16, num_heads=2, num_layers=2, ffn_dim=32, classifier_dim=24, dropout=0.1,
            attention_dropout=0.1, pack_length=4, vocab_size=11, num_classes=3, max_length=40)
   m.update(overrides)
-  return m
+  return model_config.ModelConfig.from_config(m)
 
 
 def linear(layer, x):
@@ -176,7 +177,7 @@ def test_bad_names_list_valid_choices(field, value, message):
 
 def test_unknown_model_lists_valid_choices():
   with pytest.raises(ValueError, match='luna16'):
-    config_lib.parse_arg('luna17,quick', 'luna16')
+    config_lib.parse_arg('luna17,quick')
 
 
 def test_dropout_is_active_only_in_training():

@@ -12,6 +12,7 @@ import pytest
 
 from lra_luna import config_lib, profile, report, sweep
 from lra_luna.models import classifier as models
+from lra_luna.models import model_config
 from lra_luna.models import plugins
 from lra_luna.training import metrics, train
 
@@ -146,7 +147,7 @@ def build(attention, **options):
   mc.update(dim=8, num_heads=2, num_layers=1, ffn_dim=16, classifier_dim=8, vocab_size=5,
             num_classes=2, max_length=12, attention=attention)
   mc.attention_options = options
-  return models.build_model(mc, 0)
+  return models.build_model(model_config.ModelConfig.from_config(mc), 0)
 
 
 @pytest.mark.parametrize('name,error,message', [

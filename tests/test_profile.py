@@ -14,13 +14,15 @@ from lra_luna import config_lib
 
 
 def get_config(arg):
-  model_name = config_lib.parse_arg(arg, default_model='luna16').model
+  arg = config_lib.parse_arg(arg)
   c = config_lib.base_config()
   c.task = 'text'
+  c.update(eval_batch_size=2, num_train_steps=10, warmup_steps=1, schedule='rsqrt',
+           learning_rate=1e-3, eval_every=10, checkpoint_every=10)
   # No dropout: fewer ops, so a faster compile.
   c.model.update(dim=16, num_heads=2, num_layers=1, ffn_dim=32, classifier_dim=16, dropout=0.0,
                  attention_dropout=0.0)
-  return config_lib.set_model(c, model_name)
+  return config_lib.set_model(c, arg.model)
 '''
 
 

@@ -15,6 +15,7 @@ from lra_luna import datasets
 from lra_luna import protocols
 from lra_luna.datasets import base
 from lra_luna.models import classifier as models
+from lra_luna.models import model_config
 from lra_luna.training import train
 
 PAPER_TASKS = tuple(protocols.AUTHORS_TASKS)
@@ -77,7 +78,16 @@ def test_unknown_word_names_the_valid_words(arg):
     config_lib.load_config(f'configs/listops.py:{arg}')
   message = str(error.value)
   assert '\n' not in message and 'Unknown word' in message
-  assert all(word in message for word in ("'quick'", "'paper'", "'luna16'", "'transformer'"))
+  assert all(word in message for word in ('quick', 'paper', 'luna16', 'transformer'))
+
+
+def test_bad_authors_options_name_the_valid_choices():
+  with pytest.raises(ValueError, match=r"dual_head_layers = 3 is not valid; valid choices: \[1, 2\]"):
+    model_config.ModelConfig.from_config({'dual_head_layers': 3})
+  with pytest.raises(ValueError, match=r"valid choices: \['lra', 'paper'\]"):
+    config = config_lib.load_config('configs/listops.py:luna16')
+    config.protocol = 'papers'
+    config_lib.validate(config)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -143,11 +153,11 @@ def test_classifier_without_last_bias():
 
 
 def test_authors_retrieval_head_is_one_hidden_layer_on_second_then_first():
-  c = config_lib.set_model(config_lib.base_config(), 'luna16')
-  c.model.update(dim=8, num_heads=2, num_layers=1, ffn_dim=16, classifier_dim=12, pack_length=4,
-                 vocab_size=9, num_classes=2, max_length=10, dual_encoder=True,
-                 pair_features='concat_reversed', dual_head_layers=1, classifier_bias=False)
-  model = models.build_model(c.model, seed=0)
+  cfg = model_config.ModelConfig(
+      attention='luna', dim=8, num_heads=2, num_layers=1, ffn_dim=16, classifier_dim=12,
+      pack_length=4, vocab_size=9, num_classes=2, max_length=10, dual_encoder=True,
+      pair_features='concat_reversed', dual_head_layers=1, classifier_bias=False)
+  model = models.build_model(cfg, seed=0)
   assert len(model.classifier.hidden) == 1 and model.classifier.hidden[0].kernel.shape == (16, 12)
   rng = np.random.default_rng(1)
   batch = {'inputs1': rng.integers(1, 9, (3, 10)), 'inputs2': rng.integers(1, 9, (3, 10))}

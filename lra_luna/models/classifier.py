@@ -17,16 +17,12 @@ from flax import nnx
 from lra_luna.models import attention as attention_lib
 from lra_luna.models import layers
 from lra_luna.models import plugins
+from lra_luna.models.model_config import ModelConfig
 
-HEADS = ('cls', 'mean', 'mean_p')
 
-
-def compute_dtype(name: str):
-  """'float32' | 'bfloat16' | 'float16' -> the dtype activations are computed in."""
-  dtypes = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16, 'float16': jnp.float16}
-  if name not in dtypes:
-    raise ValueError(f'Unknown dtype {name!r}; valid choices: {sorted(dtypes)}.')
-  return dtypes[name]
+def compute_dtype(cfg: ModelConfig):
+  """The dtype activations are computed in: jnp.float32, jnp.bfloat16 or jnp.float16."""
+  return getattr(jnp, cfg.dtype)
 
 
 def sinusoidal_table(length: int, dim: int) -> np.ndarray:
@@ -58,13 +54,17 @@ class Embedding(nnx.Module):
                             dtype=dtype, rngs=rngs)
     if positions == 'learned':
       self.positions = nnx.Param(embedding_init(init, dim)(rngs.params(), (max_length + 1, dim)))
-    elif positions == 'sinusoidal':
+    else:  # 'sinusoidal'
       self.positions = nnx.Variable(jnp.asarray(sinusoidal_table(max_length + 1, dim)))
-    else:
-      raise ValueError(f"Unknown positions {positions!r}; valid choices: 'learned', 'sinusoidal'.")
     self.layernorm = layers.LayerNorm(dim, dtype=dtype) if use_layernorm else None
     self.dropout = nnx.Dropout(dropout)
     self.dtype = dtype
+
+  @classmethod
+  def from_config(cls, cfg: ModelConfig, rngs: nnx.Rngs) -> 'Embedding':
+    return cls(cfg.vocab_size, cfg.dim, cfg.max_length, positions=cfg.positions,
+               use_layernorm=cfg.embedding_layernorm, dropout=cfg.dropout, init=cfg.init,
+               dtype=compute_dtype(cfg), rngs=rngs)
 
   def __call__(self, ids, mask, *, deterministic=True, rngs=None):
     """ids [B, n] (already with [CLS] at 0), mask [B, n] -> x [B, n, D]."""
@@ -79,35 +79,37 @@ class Embedding(nnx.Module):
     return x * mask[..., None].astype(x.dtype)
 
 
-def build_self_attention(mc, dtype, rngs: nnx.Rngs):
-  """The self-attention module of a Transformer-style block, chosen by `mc.attention`: softmax,
+def build_self_attention(cfg: ModelConfig, rngs: nnx.Rngs):
+  """The self-attention module of a Transformer-style block, chosen by `cfg.attention`: softmax,
   a baseline, or a plug-in ('file.py:Class', plugins.py)."""
-  common = dict(attention_dropout=mc.attention_dropout, init=mc.init, dtype=dtype, rngs=rngs)
-  if mc.attention == 'softmax':
-    return attention_lib.SoftmaxAttention(mc.dim, mc.num_heads,
-                                          implementation=mc.attention_implementation, **common)
-  options = dict(mc.get('attention_options', {}) or {})
-  if plugins.is_plugin(mc.attention):
-    return plugins.build(mc.attention, mc.dim, mc.num_heads, max_length=mc.max_length + 1,
+  common = dict(attention_dropout=cfg.attention_dropout, init=cfg.init,
+                dtype=compute_dtype(cfg), rngs=rngs)
+  if cfg.attention == 'softmax':
+    return attention_lib.SoftmaxAttention(cfg.dim, cfg.num_heads,
+                                          implementation=cfg.attention_implementation, **common)
+  options = dict(cfg.attention_options)
+  if plugins.is_plugin(cfg.attention):
+    return plugins.build(cfg.attention, cfg.dim, cfg.num_heads, max_length=cfg.max_length + 1,
                          options=options, **common)
   from lra_luna.models import baselines  # Imported here so the core models do not depend on it.
-  if mc.attention not in baselines.BASELINE_ATTENTIONS:
-    raise ValueError(f'Unknown attention {mc.attention!r}; valid choices: '
+  if cfg.attention not in baselines.BASELINE_ATTENTIONS:
+    raise ValueError(f'Unknown attention {cfg.attention!r}; valid choices: '
                      f"{sorted(['softmax', 'luna', *baselines.BASELINE_ATTENTIONS])} or a plug-in "
                      "'path/to/file.py:Class'.")
-  return baselines.BASELINE_ATTENTIONS[mc.attention](
-      mc.dim, mc.num_heads, max_length=mc.max_length + 1, **common, **options)
+  return baselines.BASELINE_ATTENTIONS[cfg.attention](
+      cfg.dim, cfg.num_heads, max_length=cfg.max_length + 1, **common, **options)
 
 
 class TransformerBlock(nnx.Module):
   """Pre-LN block of LRA: x + Drop(Attn(LN(x))), then x + Drop(FFN(LN(x)))."""
 
-  def __init__(self, mc, dtype, rngs: nnx.Rngs):
-    self.attention_norm = layers.LayerNorm(mc.dim, dtype=dtype)
-    self.attention = build_self_attention(mc, dtype, rngs)
-    self.ffn_norm = layers.LayerNorm(mc.dim, dtype=dtype)
-    self.ffn = layers.FeedForward(mc.dim, mc.ffn_dim, init=mc.init, dtype=dtype, rngs=rngs)
-    self.dropout = nnx.Dropout(mc.dropout)
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    dtype = compute_dtype(cfg)
+    self.attention_norm = layers.LayerNorm(cfg.dim, dtype=dtype)
+    self.attention = build_self_attention(cfg, rngs)
+    self.ffn_norm = layers.LayerNorm(cfg.dim, dtype=dtype)
+    self.ffn = layers.FeedForward(cfg.dim, cfg.ffn_dim, init=cfg.init, dtype=dtype, rngs=rngs)
+    self.dropout = nnx.Dropout(cfg.dropout)
 
   def __call__(self, x, mask, *, deterministic=True, rngs=None):
     drop = lambda y: self.dropout(y, deterministic=deterministic, rngs=rngs)
@@ -119,12 +121,10 @@ class TransformerBlock(nnx.Module):
 class TransformerEncoder(nnx.Module):
   """LRA encoder (lra.md §3): embedding, pre-LN blocks, final LayerNorm. Returns (X, None)."""
 
-  def __init__(self, mc, dtype, rngs: nnx.Rngs):
-    self.embedding = Embedding(mc.vocab_size, mc.dim, mc.max_length, positions=mc.positions,
-                               use_layernorm=mc.embedding_layernorm, dropout=mc.dropout,
-                               init=mc.init, dtype=dtype, rngs=rngs)
-    self.blocks = nnx.List([TransformerBlock(mc, dtype, rngs) for _ in range(mc.num_layers)])
-    self.final_norm = layers.LayerNorm(mc.dim, dtype=dtype)
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.embedding = Embedding.from_config(cfg, rngs)
+    self.blocks = nnx.List([TransformerBlock(cfg, rngs) for _ in range(cfg.num_layers)])
+    self.final_norm = layers.LayerNorm(cfg.dim, dtype=compute_dtype(cfg))
 
   def __call__(self, ids, mask, *, deterministic=True, rngs=None):
     x = self.embedding(ids, mask, deterministic=deterministic, rngs=rngs)
@@ -141,16 +141,17 @@ class LunaEncoderLayer(nnx.Module):
   P gets no feed-forward block.
   """
 
-  def __init__(self, mc, dtype, rngs: nnx.Rngs):
-    self.normalize_before = mc.normalize_before
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    dtype = compute_dtype(cfg)
+    self.normalize_before = cfg.normalize_before
     self.attention = attention_lib.LunaAttention(
-        mc.dim, mc.num_heads, mc.num_pack_heads, attention_dropout=mc.attention_dropout,
-        tie_kv=mc.tie_kv, init=mc.init, dtype=dtype, rngs=rngs)
-    self.attention_norm = layers.LayerNorm(mc.dim, dtype=dtype)
-    self.p_norm = layers.LayerNorm(mc.dim, dtype=dtype)
-    self.ffn_norm = layers.LayerNorm(mc.dim, dtype=dtype)
-    self.ffn = layers.FeedForward(mc.dim, mc.ffn_dim, init=mc.init, dtype=dtype, rngs=rngs)
-    self.dropout = nnx.Dropout(mc.dropout)
+        cfg.dim, cfg.num_heads, cfg.num_pack_heads, attention_dropout=cfg.attention_dropout,
+        tie_kv=cfg.tie_kv, init=cfg.init, dtype=dtype, rngs=rngs)
+    self.attention_norm = layers.LayerNorm(cfg.dim, dtype=dtype)
+    self.p_norm = layers.LayerNorm(cfg.dim, dtype=dtype)
+    self.ffn_norm = layers.LayerNorm(cfg.dim, dtype=dtype)
+    self.ffn = layers.FeedForward(cfg.dim, cfg.ffn_dim, init=cfg.init, dtype=dtype, rngs=rngs)
+    self.dropout = nnx.Dropout(cfg.dropout)
 
   def __call__(self, x, p, x_mask, p_mask, *, deterministic=True, rngs=None):
     # Independent dropout masks for X and P: each call draws a fresh key from rngs.
@@ -178,10 +179,8 @@ class PackedSequence(nnx.Module):
                rngs: nnx.Rngs):
     if p_init == 'learned':
       self.table = nnx.Param(jax.random.normal(rngs.params(), (length, dim)) * dim**-0.5)
-    elif p_init == 'sinusoidal':
+    else:  # 'sinusoidal'
       self.table = nnx.Variable(jnp.asarray(sinusoidal_table(length, dim)))
-    else:
-      raise ValueError(f"Unknown p_init {p_init!r}; valid choices: 'learned', 'sinusoidal'.")
     self.norm = layers.LayerNorm(dim, dtype=dtype)
     self.dropout = nnx.Dropout(dropout)
 
@@ -205,21 +204,20 @@ class LunaEncoder(nnx.Module):
   each layer reads its own learnable P. Returns (X, (P, p_mask)).
   """
 
-  def __init__(self, mc, dtype, rngs: nnx.Rngs):
-    self.contextual_p = mc.contextual_p
-    self.normalize_before = mc.normalize_before
-    self.pack_length = mc.pack_length
-    self.embedding = Embedding(mc.vocab_size, mc.dim, mc.max_length, positions=mc.positions,
-                               use_layernorm=mc.embedding_layernorm, dropout=mc.dropout,
-                               init=mc.init, dtype=dtype, rngs=rngs)
-    num_p = 1 if mc.contextual_p else mc.num_layers
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    dtype = compute_dtype(cfg)
+    self.contextual_p = cfg.contextual_p
+    self.normalize_before = cfg.normalize_before
+    self.pack_length = cfg.pack_length
+    self.embedding = Embedding.from_config(cfg, rngs)
+    num_p = 1 if cfg.contextual_p else cfg.num_layers
     self.packed_inputs = nnx.List([
-        PackedSequence(mc.pack_length, mc.dim, p_init=mc.p_init, dropout=mc.dropout,
+        PackedSequence(cfg.pack_length, cfg.dim, p_init=cfg.p_init, dropout=cfg.dropout,
                        dtype=dtype, rngs=rngs) for _ in range(num_p)])
-    self.layers = nnx.List([LunaEncoderLayer(mc, dtype, rngs) for _ in range(mc.num_layers)])
-    if mc.normalize_before:
-      self.final_norm = layers.LayerNorm(mc.dim, dtype=dtype)
-      self.final_p_norm = layers.LayerNorm(mc.dim, dtype=dtype)
+    self.layers = nnx.List([LunaEncoderLayer(cfg, rngs) for _ in range(cfg.num_layers)])
+    if cfg.normalize_before:
+      self.final_norm = layers.LayerNorm(cfg.dim, dtype=dtype)
+      self.final_p_norm = layers.LayerNorm(cfg.dim, dtype=dtype)
 
   def __call__(self, ids, mask, *, deterministic=True, rngs=None):
     x = self.embedding(ids, mask, deterministic=deterministic, rngs=rngs)
@@ -243,21 +241,17 @@ def pool(head: str, x, mask, packed, *, mean_includes_cls: bool = False):
   with `mean_includes_cls` as the Luna authors' 'mp' pooling; their release also averages pad
   rows, which we never do, so on fixed-length inputs the two differ only by [CLS]);
   mean_p: mean over the (unmasked) rows of Luna's final P (paper §4.1, Table 3).
+  `head` is one of ModelConfig's (checked there, with the rule that mean_p needs Luna's P).
   """
   if head == 'cls':
     return x[:, 0]
   if head == 'mean':
-    token_mask = (mask if mean_includes_cls else mask.at[:, 0].set(False))
+    token_mask = mask if mean_includes_cls else mask.at[:, 0].set(False)
     token_mask = token_mask[..., None].astype(jnp.float32)
     return jnp.sum(x * token_mask, axis=1) / jnp.maximum(jnp.sum(token_mask, axis=1), 1.0)
-  if head == 'mean_p':
-    if packed is None:
-      raise ValueError("head 'mean_p' needs a model with the extra sequence P (a Luna model); "
-                       "use 'cls' or 'mean' for this model.")
-    p, p_mask = packed
-    slot_mask = p_mask[..., None].astype(jnp.float32)
-    return jnp.sum(p * slot_mask, axis=1) / jnp.maximum(jnp.sum(slot_mask, axis=1), 1.0)
-  raise ValueError(f'Unknown head {head!r}; valid choices: {list(HEADS)}.')
+  p, p_mask = packed  # 'mean_p'
+  slot_mask = p_mask[..., None].astype(jnp.float32)
+  return jnp.sum(p * slot_mask, axis=1) / jnp.maximum(jnp.sum(slot_mask, axis=1), 1.0)
 
 
 class ClassifierHead(nnx.Module):
@@ -293,30 +287,23 @@ def with_cls(ids, cls_id: int, mask_padding: bool):
           jnp.concatenate([jnp.ones((ids.shape[0], 1), bool), mask], axis=1))
 
 
-def build_encoder(mc, dtype, rngs):
-  if mc.attention == 'luna':
-    return LunaEncoder(mc, dtype, rngs)
-  return TransformerEncoder(mc, dtype, rngs)
+def build_encoder(cfg: ModelConfig, rngs: nnx.Rngs):
+  if cfg.attention == 'luna':
+    return LunaEncoder(cfg, rngs)
+  return TransformerEncoder(cfg, rngs)
 
 
 class SequenceClassifier(nnx.Module):
   """Encoder + pooling + classifier for one input sequence (ListOps, Text, Image, Pathfinder)."""
 
-  def __init__(self, mc, rngs: nnx.Rngs):
-    dtype = compute_dtype(mc.dtype)
-    if mc.head not in HEADS:
-      raise ValueError(f'Unknown head {mc.head!r}; valid choices: {list(HEADS)}.')
-    if mc.head == 'mean_p' and mc.attention != 'luna':
-      raise ValueError(f"head 'mean_p' needs a Luna model (attention 'luna'), not "
-                       f"{mc.attention!r}; use head 'cls' or 'mean'.")
-    self.head = mc.head
-    # Options absent from the config of a run made before they existed keep their defaults.
-    self.mean_includes_cls = mc.get('mean_includes_cls', False)
-    self.mask_padding = mc.mask_padding
-    self.encoder = build_encoder(mc, dtype, rngs)
-    self.classifier = ClassifierHead(mc.dim, (mc.classifier_dim,), mc.num_classes,
-                                     init=mc.init, dtype=dtype, rngs=rngs,
-                                     last_bias=mc.get('classifier_bias', True))
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.head = cfg.head
+    self.mean_includes_cls = cfg.mean_includes_cls
+    self.mask_padding = cfg.mask_padding
+    self.encoder = build_encoder(cfg, rngs)
+    self.classifier = ClassifierHead(cfg.dim, (cfg.classifier_dim,), cfg.num_classes,
+                                     init=cfg.init, dtype=compute_dtype(cfg), rngs=rngs,
+                                     last_bias=cfg.classifier_bias)
 
   def encode(self, ids, *, deterministic=True, rngs=None):
     """ids [B, n] -> pooled representation [B, D]."""
@@ -330,27 +317,21 @@ class SequenceClassifier(nnx.Module):
 
 class DualEncoderClassifier(SequenceClassifier):
   """Retrieval (lra.md §3): one shared encoder reads each document; the head sees [a, b]
-  (or [a, b, a*b, a-b] with `mc.pair_features = 'full'`, or the Luna authors' [b, a] with
+  (or [a, b, a*b, a-b] with `cfg.pair_features = 'full'`, or the Luna authors' [b, a] with
   'concat_reversed') through two hidden layers (classifier_dim, classifier_dim / 2; LRA) or
-  one (classifier_dim; the Luna authors) as `mc.dual_head_layers` says."""
+  one (classifier_dim; the Luna authors) as `cfg.dual_head_layers` says."""
 
   PAIR_FEATURES = {'concat': lambda a, b: [a, b], 'full': lambda a, b: [a, b, a * b, a - b],
                    'concat_reversed': lambda a, b: [b, a]}
-  HIDDEN_WIDTHS = {1: lambda width: (width,), 2: lambda width: (width, width // 2)}
 
-  def __init__(self, mc, rngs: nnx.Rngs):
-    super().__init__(mc, rngs)
-    if mc.pair_features not in self.PAIR_FEATURES:
-      raise ValueError(f'Unknown pair_features {mc.pair_features!r}; valid: '
-                       f'{list(self.PAIR_FEATURES)}.')
-    num_hidden = mc.get('dual_head_layers', 2)
-    if num_hidden not in self.HIDDEN_WIDTHS:
-      raise ValueError(f'Unknown dual_head_layers {num_hidden!r}; valid: {list(self.HIDDEN_WIDTHS)}.')
-    self.pair_features = mc.pair_features
-    in_dim = mc.dim * (4 if mc.pair_features == 'full' else 2)
-    self.classifier = ClassifierHead(in_dim, self.HIDDEN_WIDTHS[num_hidden](mc.classifier_dim),
-                                     mc.num_classes, init=mc.init, dtype=compute_dtype(mc.dtype),
-                                     rngs=rngs, last_bias=mc.get('classifier_bias', True))
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    super().__init__(cfg, rngs)
+    self.pair_features = cfg.pair_features
+    in_dim = cfg.dim * (4 if cfg.pair_features == 'full' else 2)
+    hidden = (cfg.classifier_dim, cfg.classifier_dim // 2)[:cfg.dual_head_layers]
+    self.classifier = ClassifierHead(in_dim, hidden, cfg.num_classes, init=cfg.init,
+                                     dtype=compute_dtype(cfg), rngs=rngs,
+                                     last_bias=cfg.classifier_bias)
 
   def __call__(self, batch, *, deterministic=True, rngs=None):
     a = self.encode(batch['inputs1'], deterministic=deterministic, rngs=rngs)
@@ -359,12 +340,12 @@ class DualEncoderClassifier(SequenceClassifier):
     return self.classifier(jnp.concatenate(features, axis=-1))
 
 
-def build_model(mc, seed: int) -> nnx.Module:
-  """The classifier that `mc` (config.model) describes, its parameters drawn from `seed`."""
+def build_model(cfg: ModelConfig, seed: int) -> nnx.Module:
+  """The classifier that `cfg` describes, its parameters drawn from `seed`."""
   rngs = nnx.Rngs(params=seed)
-  if mc.get('dual_encoder', False):
-    return DualEncoderClassifier(mc, rngs)
-  return SequenceClassifier(mc, rngs)
+  if cfg.dual_encoder:
+    return DualEncoderClassifier(cfg, rngs)
+  return SequenceClassifier(cfg, rngs)
 
 
 def count_params(model: nnx.Module) -> int:

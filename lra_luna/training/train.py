@@ -26,6 +26,7 @@ from lra_luna import datasets
 from lra_luna.datasets import input_pipeline
 from lra_luna.training import metrics as metrics_lib
 from lra_luna.models import classifier as models
+from lra_luna.models.model_config import ModelConfig
 
 RESULTS_FILE = 'results.json'
 CONFIG_FILE = 'config.json'
@@ -90,9 +91,9 @@ def train_step(state, batch, dropout_key, *, graphdef, tx):
   return dict(state, params=params, opt_state=opt_state, step=state['step'] + 1), metrics
 
 
-def init_state(mc, seed: int, tx):
-  """(graphdef, state, number of parameters) of a fresh model described by `mc`."""
-  model = models.build_model(mc, seed)
+def init_state(model_cfg: ModelConfig, seed: int, tx):
+  """(graphdef, state, number of parameters) of a fresh model described by `model_cfg`."""
+  model = models.build_model(model_cfg, seed)
   graphdef, params, constants = nnx.split(model, nnx.Param, ...)
   params, constants = nnx.to_pure_dict(params), nnx.to_pure_dict(constants)
   state = {'params': params, 'constants': constants, 'opt_state': tx.init(params),
@@ -201,11 +202,10 @@ def start_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:
                         'choose a writable --workdir.') from None
 
 
-def model_config(config, data) -> ml_collections.ConfigDict:
-  """config.model with the fields that come from the data filled in."""
-  mc = ml_collections.ConfigDict(config.model.to_dict())
-  mc.vocab_size, mc.num_classes, mc.max_length = data.vocab_size, data.num_classes, config.max_length
-  return mc
+def model_config(config, data) -> ModelConfig:
+  """The checked, typed config.model, with the fields that come from the data filled in."""
+  return ModelConfig.from_config(config.model, vocab_size=data.vocab_size,
+                                 num_classes=data.num_classes, max_length=config.max_length)
 
 
 def majority_rate(targets) -> float:
@@ -261,11 +261,11 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
                  for s in seeds]
 
   # Model, optimizer, state (a plain pytree per seed).
-  mc = model_config(config, data)
+  model_cfg = model_config(config, data)
   tx = make_optimizer(config)
   states = []
   for seed in seeds:
-    graphdef, state, num_params = init_state(mc, seed, tx)
+    graphdef, state, num_params = init_state(model_cfg, seed, tx)
     states.append(state)
   dropout_keys = jnp.stack([jax.random.fold_in(jax.random.key(s), 1) for s in seeds])
   for seed_config, workdir in zip(configs, workdirs):

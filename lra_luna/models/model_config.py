@@ -1,0 +1,93 @@
+"""The typed model config: every model field, its default, its valid choices and its rules.
+
+`ModelConfig` is the schema of `config.model` (config_lib.base_config builds that section from
+its defaults) and what the model constructors take. `ModelConfig.from_config(config.model,
+vocab_size=..., num_classes=..., max_length=...)` builds it and checks every choice and rule,
+here and nowhere else (flax examples/lm1b's TransformerConfig is the pattern). Adding a model
+field is one line below. No JAX here: the config layer and `report` import this module.
+"""
+
+import dataclasses
+
+HEADS = ('cls', 'mean', 'mean_p')  # sentence representations (classifier.pool)
+POSITIONS = ('learned', 'sinusoidal')
+INITS = ('reference', 'bert')
+P_INITS = ('learned', 'sinusoidal')
+DTYPES = ('float32', 'bfloat16', 'float16')
+PAIR_FEATURES = ('concat', 'full', 'concat_reversed')
+DUAL_HEAD_LAYERS = (1, 2)
+ATTENTION_IMPLEMENTATIONS = ('vanilla', 'fused')
+
+
+def heads_of(attention: str) -> tuple:
+  """The heads a model with this attention can pool: 'mean_p' needs Luna's P (paper §4.1)."""
+  return HEADS if attention == 'luna' else tuple(h for h in HEADS if h != 'mean_p')
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """config.model, typed. Defaults are the task-neutral ones; sizes come from the task config."""
+  attention: str = 'softmax'        # a MODELS attention (set by set_model) or a plug-in 'x.py:Class'
+  attention_implementation: str = 'vanilla'  # softmax only: 'vanilla' (n x n matrix) | 'fused'
+  attention_options: dict = dataclasses.field(default_factory=dict)  # options of a baseline or plug-in
+  dim: int = 0                      # model width D (set by each task config)
+  num_heads: int = 0                # heads H (Luna: unpack heads; set by each task config)
+  num_pack_heads: int = 0           # Luna pack heads Hp; 0 = same as num_heads (reference LRA)
+  num_layers: int = 0               # encoder layers (set by each task config)
+  ffn_dim: int = 0                  # feed-forward hidden width (set by each task config)
+  classifier_dim: int = 0           # classifier hidden width (set by each task config)
+  dropout: float = 0.1              # residual, embedding and P dropout
+  attention_dropout: float = 0.1    # dropout on attention probabilities
+  positions: str = 'learned'        # position embeddings: 'learned' | 'sinusoidal'
+  embedding_layernorm: bool = True  # LayerNorm after the embedding (Luna reference; LRA: none)
+  init: str = 'reference'           # 'reference' (xavier, luna.md §1) | 'bert' (N(0, 0.02))
+  head: str = 'cls'                 # sentence representation: 'cls' | 'mean' | 'mean_p'
+  mask_padding: bool = True         # pad id 0 is masked; False for pixel tasks (0 is black)
+  dual_encoder: bool = False        # Retrieval: two documents through one shared encoder
+  # Dual head input: 'concat' [a, b] | 'full' [a, b, a*b, a-b] | 'concat_reversed' [b, a]
+  # (Luna authors: the second document first).
+  pair_features: str = 'concat'
+  dual_head_layers: int = 2         # dual head hidden layers: 2 (LRA: classifier_dim, then half) | 1
+  classifier_bias: bool = True      # bias in the classifier's last Linear (Luna authors: none)
+  mean_includes_cls: bool = False   # head 'mean' averages [CLS] too (Luna authors' 'mp' pooling)
+  dtype: str = 'float32'            # compute dtype: 'float32' | 'bfloat16' | 'float16'
+  # Luna only.
+  pack_length: int = 16             # l, length of the extra sequence P
+  tie_kv: bool = False              # one projection for key and value (paper §4.2 "tied kv")
+  normalize_before: bool = False    # pre-LN layers (reference option); default post-LN (eq. 6)
+  contextual_p: bool = True         # P' of layer i feeds layer i+1; False = own P per layer
+  p_init: str = 'learned'           # P at the input: 'learned' table | 'sinusoidal' (fixed)
+  # Filled in from the data at run time.
+  vocab_size: int = 0               # token ids are 0..vocab_size-1 ([CLS] is vocab_size)
+  num_classes: int = 0              # output classes
+  max_length: int = 0               # = config.max_length
+
+  @classmethod
+  def from_config(cls, model, **sizes) -> 'ModelConfig':
+    """The checked ModelConfig of `model` (config.model, or any mapping of its fields), with
+    `sizes` (vocab_size, num_classes, max_length) filled in. A field the mapping lacks (a
+    config.json written before the field existed) keeps its default. ValueError names the first
+    bad field and its valid choices."""
+    values = {field.name: model[field.name] for field in dataclasses.fields(cls)
+              if field.name in model}
+    options = values.get('attention_options') or {}
+    values['attention_options'] = dict(options.to_dict() if hasattr(options, 'to_dict')
+                                       else options)
+    model_config = cls(**{**values, **sizes})
+    model_config.check()
+    return model_config
+
+  def check(self) -> None:
+    """ValueError for the first field with a value outside its choices, or a broken rule."""
+    for field, choices in (('head', HEADS), ('positions', POSITIONS), ('init', INITS),
+                           ('p_init', P_INITS), ('dtype', DTYPES),
+                           ('pair_features', PAIR_FEATURES),
+                           ('dual_head_layers', DUAL_HEAD_LAYERS),
+                           ('attention_implementation', ATTENTION_IMPLEMENTATIONS)):
+      if getattr(self, field) not in choices:
+        raise ValueError(f'config.model.{field} = {getattr(self, field)!r} is not valid; valid '
+                         f'choices: {list(choices)}.')
+    if self.head not in heads_of(self.attention):
+      raise ValueError(f'config.model.head = {self.head!r} needs a Luna model (attention '
+                       f"'luna'), not attention {self.attention!r}; use one of "
+                       f'{list(heads_of(self.attention))}, or a luna model.')
