@@ -157,7 +157,7 @@ def test_authors_retrieval_head_is_one_hidden_layer_on_second_then_first():
       attention='luna', dim=8, num_heads=2, num_layers=1, ffn_dim=16, classifier_dim=12,
       pack_length=4, vocab_size=9, num_classes=2, max_length=10, dual_encoder=True,
       pair_features='concat_reversed', dual_head_layers=1, classifier_bias=False)
-  model = models.build_model(cfg, seed=0)
+  model = nnx.jit(lambda: models.build_model(cfg, seed=0))()  # one compile, not one per op
   assert len(model.classifier.hidden) == 1 and model.classifier.hidden[0].kernel.shape == (16, 12)
   rng = np.random.default_rng(1)
   batch = {'inputs1': rng.integers(1, 9, (3, 10)), 'inputs2': rng.integers(1, 9, (3, 10))}

@@ -390,7 +390,7 @@ def test_quick_config_trains(tmp_path, mock_tfds, task):
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize('task', ('listops', 'text', 'retrieval', 'image', 'pathfinder'))
 def test_paper_config_trains(tmp_path, mock_tfds, task):
-  # The authors' model (sizes, head, tokens, optimizer) on short inputs, two steps, one eval.
+  # The authors' model (widths, head, tokens, optimizer) on short inputs, two steps, one eval.
   config = task_config(task, 'luna16,paper')
   config.update(data_dir=str(tmp_path / 'root'), batch_size=2, eval_batch_size=4,
                 **STEP_OVERRIDES)
@@ -398,7 +398,10 @@ def test_paper_config_trains(tmp_path, mock_tfds, task):
     config.update(data_source='generated', max_length=24)
     config.listops.update(num_train=8, num_val=4, num_test=4, min_length=4, max_length=20)
   if task in ('text', 'retrieval'):
-    config.max_length = 24
+    # One of the four layers: the same layer, a quarter of the compile (the full stack's
+    # parameter count: tests/test_protocols.py; a full-size run: README "Two protocols").
+    config.update(max_length=24)
+    config.model.num_layers = 1
   if task == 'retrieval':
     write_aan(tmp_path / 'root' / 'aan')
   if task == 'pathfinder':
