@@ -6,6 +6,8 @@ Any config field can be overridden: --config.seed=3 --config.model.head=mean_p
 """
 
 import json
+import shlex
+import signal
 import sys
 
 from absl import app
@@ -13,6 +15,8 @@ from absl import flags
 from absl import logging
 
 from lra_luna import config_lib
+from lra_luna.training import run_folder
+from lra_luna.training import steps
 from lra_luna.training import train
 
 FLAGS = flags.FLAGS
@@ -48,12 +52,22 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO; --verbosity=0 shows it.
-  train.maybe_initialize_distributed()
+  steps.maybe_initialize_distributed()
   try:
     results = train.train_and_evaluate(CONFIG, FLAGS.workdir, overwrite=FLAGS.overwrite)
-  except (ValueError, train.TrainingError) as e:
+  except (ValueError, run_folder.TrainingError) as e:
     # Bad input gets one clear message, not a traceback.
     sys.exit(f'error: {e}')
+  except train.Interrupted as e:  # SIGINT / SIGTERM: saved, one line on how to go on.
+    saved = (f'checkpoint saved at step {e.saved_step}' if e.saved_step is not None
+             else 'no checkpoint (no step finished)')
+    print(f'{e.signal_name}: stopped at step {e.step} of {CONFIG.num_train_steps}, {saved}; '
+          f'resume with: python {shlex.join(sys.argv)}', file=sys.stderr)
+    sys.exit(128 + getattr(signal, e.signal_name))
+  except KeyboardInterrupt:  # Before training started (data, compile): nothing to save.
+    print('SIGINT: stopped before training started; nothing saved. Rerun the same command to '
+          'start again.', file=sys.stderr)
+    sys.exit(128 + signal.SIGINT)
   except OSError as e:
     if FLAGS.verbosity >= 1:
       raise

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))  # Run as a script: make lra_luna importable.
 import jax  # pylint: disable=g-import-not-at-top
 
 from lra_luna import datasets  # pylint: disable=g-import-not-at-top
-from lra_luna.training import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+from lra_luna.training import run_folder  # pylint: disable=g-import-not-at-top
 from lra_luna import sweep  # pylint: disable=g-import-not-at-top
 
 
@@ -49,7 +49,7 @@ def loop_speed(workdirs) -> float | None:
   """Median logged training steps/s over the runs, each without its first (compiling) interval."""
   speeds = []
   for workdir in workdirs:
-    rows = [r['steps_per_sec'] for r in metrics_lib.read_jsonl(workdir / metrics_lib.METRICS_FILE)
+    rows = [r['steps_per_sec'] for r in run_folder.read_jsonl(workdir / run_folder.METRICS_FILE)
             if 'steps_per_sec' in r]
     speeds += rows[1:]
   return statistics.median(speeds) if speeds else None

@@ -5,7 +5,7 @@
 Rebuilds the model from WORKDIR/config.json, restores the best checkpoint (highest validation
 accuracy) and the last one (the latest saved: the end of training for a finished run), and
 evaluates each on every validation and test example with the training's own evaluation
-(`train.make_evaluator`), so a finished run gets exactly its results.json `best` and `last`
+(`steps.make_evaluator`), so a finished run gets exactly its results.json `best` and `last`
 sections back. Data is read as training read it (config.json's data_dir, else $LRA_DATA_DIR,
 else data/store/); a plug-in attention given by a relative path is found from the current
 directory. Prints JSON; a workdir without config.json or checkpoints is refused in one line.
@@ -22,20 +22,18 @@ import ml_collections
 from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec
 
-from lra_luna.training import checkpoints
 from lra_luna import config_lib
 from lra_luna import datasets
-from lra_luna.training import train
-
-# results.json section -> checkpoints.py folder.
-CHECKPOINT_FOLDERS = {'best': 'best', 'last': 'latest'}
+from lra_luna.training import checkpoints
+from lra_luna.training import run_folder
+from lra_luna.training import steps as steps_lib
 
 
 def load_run_config(workdir) -> ml_collections.ConfigDict:
   """The validated config of the run in `workdir`; FileNotFoundError if it holds none."""
-  path = pathlib.Path(workdir) / train.CONFIG_FILE
+  path = pathlib.Path(workdir) / run_folder.CONFIG_FILE
   if not path.is_file():
-    raise FileNotFoundError(f'{workdir} has no {train.CONFIG_FILE}: not a run_lra.py workdir.')
+    raise FileNotFoundError(f'{workdir} has no {run_folder.CONFIG_FILE}: not a run_lra.py workdir.')
   config = ml_collections.ConfigDict(json.loads(path.read_text()))
   config_lib.validate(config)
   return config
@@ -44,11 +42,11 @@ def load_run_config(workdir) -> ml_collections.ConfigDict:
 def saved_checkpoints(workdir, wanted=None) -> dict:
   """{'best' | 'last': step} of the wanted checkpoints (default: those of both that exist).
   FileNotFoundError when a wanted one, or both, are missing."""
-  names = wanted or list(CHECKPOINT_FOLDERS)
-  steps = {name: checkpoints.saved_step(workdir, CHECKPOINT_FOLDERS[name]) for name in names}
+  names = wanted or list(run_folder.CHECKPOINT_FOLDERS)
+  steps = {name: run_folder.saved_step(workdir, run_folder.CHECKPOINT_FOLDERS[name]) for name in names}
   missing = [name for name, step in steps.items() if step is None]
   if missing and (wanted or len(missing) == len(names)):
-    folders = ', '.join(f'checkpoints/{CHECKPOINT_FOLDERS[name]}/' for name in missing)
+    folders = ', '.join(f'checkpoints/{run_folder.CHECKPOINT_FOLDERS[name]}/' for name in missing)
     raise FileNotFoundError(f'{workdir} has no {" and no ".join(missing)} checkpoint (nothing in '
                             f'{folders}); train it first with run_lra.py.')
   return {name: step for name, step in steps.items() if step is not None}
@@ -57,11 +55,12 @@ def saved_checkpoints(workdir, wanted=None) -> dict:
 def restore_model(workdir, config, sizes, checkpoint: str):
   """(graphdef, train state, step) of the run's model at its 'best' or 'last' checkpoint.
   sizes: anything with the task's vocab_size and num_classes (the data, or a namespace)."""
-  model_cfg = train.model_config(config, sizes)
-  graphdef, state, _ = train.init_state(model_cfg, config.seed, train.make_optimizer(config))
+  model_cfg = steps_lib.model_config(config, sizes)
+  graphdef, state, _ = steps_lib.init_state(model_cfg, config.seed,
+                                        steps_lib.make_optimizer(config))
   ckpt = checkpoints.Checkpoints(workdir)
   try:
-    step, state = ckpt.restore_state(CHECKPOINT_FOLDERS[checkpoint], state)
+    step, state = ckpt.restore_state(run_folder.CHECKPOINT_FOLDERS[checkpoint], state)
   finally:
     ckpt.close()
   return graphdef, state, step
@@ -74,16 +73,16 @@ def evaluate_workdir(workdir, wanted=None) -> dict:
   config = load_run_config(workdir)
   steps = saved_checkpoints(workdir, wanted)
   data = datasets.load_task(config)
-  mesh = train.make_mesh()
+  mesh = steps_lib.make_mesh()
   results = {'task': config.task, 'model': config_lib.model_label(config),
              'head': config.model.head, 'seed': config.seed}
   evaluate = None
   for name in steps:
     graphdef, state, step = restore_model(workdir, config, data, name)
-    evaluate = evaluate or train.make_evaluator(config, graphdef, mesh)  # One compile for both.
+    evaluate = evaluate or steps_lib.make_evaluator(config, graphdef, mesh)  # One compile for both.
     # A stack of one seed, replicated over the devices, as training evaluates.
-    state = jax.device_put(train.stack_trees([state]), NamedSharding(mesh, PartitionSpec()))
-    results[name] = train.checkpoint_metrics(step, evaluate(state, data.splits['validation']),
+    state = jax.device_put(steps_lib.stack_trees([state]), NamedSharding(mesh, PartitionSpec()))
+    results[name] = steps_lib.checkpoint_metrics(step, evaluate(state, data.splits['validation']),
                                              evaluate(state, data.splits['test']), 0)
   return results
 
@@ -92,7 +91,7 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog='python -m lra_luna.evaluate', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('workdir', help='a run_lra.py workdir')
-  parser.add_argument('--checkpoint', choices=list(CHECKPOINT_FOLDERS), default=None,
+  parser.add_argument('--checkpoint', choices=list(run_folder.CHECKPOINT_FOLDERS), default=None,
                       help='evaluate only this checkpoint (default: best and last)')
   args = parser.parse_args(argv)
   logging.set_verbosity(logging.WARNING)  # As run_lra: orbax logs every restore at INFO.

@@ -43,6 +43,7 @@ from lra_luna.datasets import listops
 from lra_luna.datasets import pathfinder
 from lra_luna.datasets import retrieval
 from lra_luna.datasets import text
+from lra_luna.training import run_folder
 
 
 # ----------------------------------------------------------------------------------------------
@@ -165,7 +166,7 @@ def main(argv=None) -> int:
   parser.add_argument('workdir', help='a run_lra.py workdir')
   parser.add_argument('inputs', nargs='+', metavar='INPUT',
                       help='expressions, texts, text pairs (two INPUTs each) or image files')
-  parser.add_argument('--checkpoint', choices=list(evaluate.CHECKPOINT_FOLDERS), default='best')
+  parser.add_argument('--checkpoint', choices=list(run_folder.CHECKPOINT_FOLDERS), default='best')
   args = parser.parse_args(argv)
   logging.set_verbosity(logging.WARNING)  # As run_lra: orbax logs every restore at INFO.
   try:

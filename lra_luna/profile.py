@@ -3,7 +3,7 @@
   python -m lra_luna.profile --lengths 1024,2048,3072,4096 --batch_size 32 --out_dir runs/profile
 
 For each (model, length) it builds the model with that max_length, the real optimizer and the
-real `train.train_step`, keeps one random batch on the device, compiles ahead of time (timed on
+real `steps.train_step`, keeps one random batch on the device, compiles ahead of time (timed on
 its own), warms up and takes the median of timed steps (stack.md, "Measuring speed and memory").
 Memory: XLA's estimate for the compiled step (argument + output - alias + temp) everywhere, and
 on GPU the device's `peak_bytes_in_use`. That peak never resets, so on GPU every point runs in a
@@ -38,7 +38,7 @@ import numpy as np
 from lra_luna import config_lib
 from lra_luna import datasets
 from lra_luna.models import plugins
-from lra_luna.training import train
+from lra_luna.training import steps
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEXT_CONFIG = REPO_ROOT / 'configs' / 'text.py'
@@ -103,18 +103,18 @@ def build_step(config):
   the parameter count; state and batch already on the device."""
   # Training reads these from the data; profiling needs no data (only the embedding and the
   # last layer depend on them).
-  vocab_size, num_classes = datasets.task_sizes(config.task, config.get('append_eos', False))
-  model = train.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
+  vocab_size, num_classes = datasets.task_sizes(config.task, config.append_eos)
+  model = steps.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
                                                            num_classes=num_classes))
-  tx = train.make_optimizer(config)
-  graphdef, state, num_params = train.init_state(model, config.seed, tx)
+  tx = steps.make_optimizer(config)
+  graphdef, state, num_params = steps.init_state(model, config.seed, tx)
   rng = np.random.default_rng(config.seed)
   input_names = ('inputs1', 'inputs2') if model.dual_encoder else ('inputs',)
   # Ids from 1: no padding, so every model works on the full length.
   batch = {name: rng.integers(1, vocab_size, (config.batch_size, config.max_length), np.int32)
            for name in input_names}
   batch['targets'] = rng.integers(0, num_classes, (config.batch_size,), np.int32)
-  step = jax.jit(functools.partial(train.train_step, graphdef=graphdef, tx=tx), donate_argnums=0)
+  step = jax.jit(functools.partial(steps.train_step, graphdef=graphdef, tx=tx), donate_argnums=0)
   return (step, jax.device_put(state), jax.device_put(batch), jax.random.key(config.seed),
           num_params)
 

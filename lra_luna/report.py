@@ -33,10 +33,9 @@ import statistics
 import sys
 
 from lra_luna import config_lib
-from lra_luna.training import metrics as metrics_lib
 from lra_luna import published
 from lra_luna.models.model_config import HEADS
-from lra_luna.training import train
+from lra_luna.training import run_folder
 
 TASK_NAMES = {'listops': 'ListOps', 'text': 'Text', 'retrieval': 'Retrieval', 'image': 'Image',
               'pathfinder': 'Pathfinder', 'pathx': 'Path-X'}
@@ -58,7 +57,7 @@ def load_results(sweep_dir) -> list[dict]:
     raise FileNotFoundError(f'{sweep_dir} is not a folder; give the --sweep_dir of a sweep (or '
                             'any folder holding run folders with results.json).')
   found, seen = [], {}
-  for path in sorted(pathlib.Path(sweep_dir).rglob(train.RESULTS_FILE)):
+  for path in sorted(pathlib.Path(sweep_dir).rglob(run_folder.RESULTS_FILE)):
     try:
       result = json.loads(path.read_text())
     except ValueError as e:
@@ -345,7 +344,7 @@ def logged_speed(result: dict) -> float | None:
   """Median logged training steps/s of a run, without its first interval (it holds the compile)
   where there are others."""
   speeds = [row['steps_per_sec'] for row in
-            metrics_lib.read_jsonl(result['workdir'] / metrics_lib.METRICS_FILE)
+            run_folder.read_jsonl(result['workdir'] / run_folder.METRICS_FILE)
             if 'steps_per_sec' in row]
   return statistics.median(speeds[1:] or speeds) if speeds else None
 
@@ -415,7 +414,7 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None)
     raise ValueError(f'checkpoint = {checkpoint!r}; valid choices: {list(CHECKPOINTS)}.')
   results = load_results(sweep_dir)
   if not results:
-    raise FileNotFoundError(f'No {train.RESULTS_FILE} under {sweep_dir}.')
+    raise FileNotFoundError(f'No {run_folder.RESULTS_FILE} under {sweep_dir}.')
   out_dir = pathlib.Path(out_dir or pathlib.Path(sweep_dir) / 'report')
   out_dir.mkdir(parents=True, exist_ok=True)
   summary = summarize(results, checkpoint)

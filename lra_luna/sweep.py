@@ -30,9 +30,9 @@ import traceback
 
 from absl import logging
 
-from lra_luna.training import checkpoints
 from lra_luna import config_lib
 from lra_luna.models import model_config
+from lra_luna.training import run_folder
 from lra_luna.training import train
 
 RUN_LRA = pathlib.Path(__file__).resolve().parent.parent / 'run_lra.py'
@@ -95,21 +95,21 @@ def plan(specs, seeds, heads, overrides, sweep_dir) -> list[Run]:
 
 def finished(run: Run) -> bool:
   """Whether run's workdir holds its results; ValueError if they came from another config."""
-  if not (run.workdir / train.RESULTS_FILE).exists():
+  if not (run.workdir / run_folder.RESULTS_FILE).exists():
     return False
-  saved_path = run.workdir / train.CONFIG_FILE
+  saved_path = run.workdir / run_folder.CONFIG_FILE
   if saved_path.exists():
     saved, wanted = json.loads(saved_path.read_text()), json.loads(run.config.to_json())
     if saved != wanted:
-      differing = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
-      raise ValueError(f'{run.workdir} holds results of another config (fields {differing} '
+      raise ValueError(f'{run.workdir} holds results of another config (fields '
+                       f'{run_folder.differing_fields(saved, wanted)} '
                        'differ); delete it or use another --sweep_dir.')
   return True
 
 
 def latest_step(workdir: pathlib.Path) -> int:
   """The step of the latest checkpoint, 0 if none."""
-  return checkpoints.saved_step(workdir, 'latest') or 0
+  return run_folder.saved_step(workdir, 'latest') or 0
 
 
 # ----------------------------------------------------------------------------------------------

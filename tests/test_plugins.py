@@ -14,7 +14,7 @@ from lra_luna import config_lib, profile, report, sweep
 from lra_luna.models import classifier as models
 from lra_luna.models import model_config
 from lra_luna.models import plugins
-from lra_luna.training import metrics, train
+from lra_luna.training import run_folder, steps, train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'tests'))
@@ -57,10 +57,10 @@ def test_example_trains_and_is_labelled_by_its_class(example_run):
   assert json.loads((workdir / 'results.json').read_text())['model'] == 'CosineAttention'
   saved = json.loads((workdir / 'config.json').read_text())
   assert saved['model']['attention'] == EXAMPLE and saved['model_name'] == 'transformer'
-  rows = [r for r in metrics.read_jsonl(workdir / 'metrics.jsonl') if 'train_loss' in r]
+  rows = [r for r in run_folder.read_jsonl(workdir / 'metrics.jsonl') if 'train_loss' in r]
   assert len(rows) == 4 and all(np.isfinite(r['grad_norm']) for r in rows)
   # The option reached the constructor: every layer's learned scale starts at 5.
-  mc = train.model_config(config, types.SimpleNamespace(vocab_size=16, num_classes=10))
+  mc = steps.model_config(config, types.SimpleNamespace(vocab_size=16, num_classes=10))
   model = models.build_model(mc, 0)
   attention = model.encoder.blocks[0].attention
   assert type(attention).__name__ == 'CosineAttention'

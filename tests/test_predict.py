@@ -13,7 +13,7 @@ from flax import nnx
 from PIL import Image
 
 from lra_luna import datasets, evaluate, predict
-from lra_luna.training import checkpoints, train
+from lra_luna.training import checkpoints, steps, train
 from lra_luna.datasets import image, listops, pathfinder, retrieval, text
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -89,8 +89,8 @@ def test_probabilities_are_the_restored_models_and_match_test_accuracy(run):
   assert probabilities.shape == (len(expressions), 10)
   np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
   # A forward pass of the best checkpoint, restored on its own.
-  mc = train.model_config(config, data)
-  graphdef, state, _ = train.init_state(mc, config.seed, train.make_optimizer(config))
+  mc = steps.model_config(config, data)
+  graphdef, state, _ = steps.init_state(mc, config.seed, steps.make_optimizer(config))
   ckpt = checkpoints.Checkpoints(workdir)
   state = ckpt.restore_best(state)
   ckpt.close()

@@ -16,7 +16,7 @@ from lra_luna import protocols
 from lra_luna.datasets import base
 from lra_luna.models import classifier as models
 from lra_luna.models import model_config
-from lra_luna.training import train
+from lra_luna.training import steps
 
 PAPER_TASKS = tuple(protocols.AUTHORS_TASKS)
 
@@ -177,7 +177,7 @@ def test_paper_model_has_the_authors_parameter_count(task):
   LayerNorms and the FFN, then Linear(in, C) + ReLU + Linear(C, classes) without bias."""
   config = config_lib.load_config(f'configs/{task}.py:luna16,paper')
   vocab_size, num_classes = datasets.task_sizes(task, append_eos=True)
-  mc = train.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
+  mc = steps.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
                                                         num_classes=num_classes))
   built = models.count_params(nnx.eval_shape(lambda: models.build_model(mc, seed=0)))
   d, f, c, k = mc.dim, mc.ffn_dim, mc.classifier_dim, num_classes

@@ -6,7 +6,7 @@ import pathlib
 import pytest
 
 from lra_luna import sweep
-from lra_luna.training import train
+from lra_luna.training import run_folder, train
 
 # ml_collections' config_flags loads config files with the deprecated load_module().
 pytestmark = pytest.mark.filterwarnings('ignore:the load_module:DeprecationWarning')
@@ -30,13 +30,13 @@ def planned(sweep_dir, seeds=(0, 1, 2), extra=()):
 
 def fabricate_finished(run):
   run.workdir.mkdir(parents=True)
-  (run.workdir / train.CONFIG_FILE).write_text(run.config.to_json())
-  (run.workdir / train.RESULTS_FILE).write_text(json.dumps({'seed': run.seed}))
+  (run.workdir / run_folder.CONFIG_FILE).write_text(run.config.to_json())
+  (run.workdir / run_folder.RESULTS_FILE).write_text(json.dumps({'seed': run.seed}))
 
 
 def fabricate_unfinished(run, step):
   (run.workdir / 'checkpoints' / 'latest' / str(step)).mkdir(parents=True)
-  (run.workdir / train.CONFIG_FILE).write_text(run.config.to_json())
+  (run.workdir / run_folder.CONFIG_FILE).write_text(run.config.to_json())
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_vmap_group_failure_is_reported_and_others_run(tmp_path, monkeypatch, ca
   def fake_train_seeds(config, seeds, workdirs):
     groups.append(list(seeds))
     if 2 in seeds:
-      raise train.TrainingError('boom')
+      raise run_folder.TrainingError('boom')
 
   monkeypatch.setattr(train, 'train_seeds', fake_train_seeds, raising=False)
   runs = planned(tmp_path, seeds=(1, 2))
@@ -134,7 +134,7 @@ def test_vmapped_seeds_match_seeds_run_alone(tmp_path):
   data = ['data_dir=' + str(tmp_path / 'data')]
   assert sweep.main(sweep_args(tmp_path / 'vmap', seeds='0,1', mode='vmap', extra=data)) == 0
   runs = planned(tmp_path / 'vmap', seeds=(0, 1), extra=data)
-  vmapped = {seed: json.loads((run.workdir / train.RESULTS_FILE).read_text())
+  vmapped = {seed: json.loads((run.workdir / run_folder.RESULTS_FILE).read_text())
              for seed, run in runs.items()}
   # Seed 1, the second member of the stack, run alone (seed 0 is the stack's first slot, the
   # easy one to get right by accident).

@@ -4,6 +4,8 @@ two devices, non-finite stop, workdir refusal, best vs last, clear CLI errors.""
 import json
 import os
 import pathlib
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from lra_luna.training import checkpoints, metrics, train
+from lra_luna.training import checkpoints, metrics, run_folder, steps, train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'configs'))
@@ -81,7 +83,7 @@ def test_training_lowers_loss_and_writes_results(data_dir, tmp_path, model):
     assert key in written
   assert written['model'] == model and written['steps'] == 60 and written['num_params'] > 0
   assert written['best']['test_examples'] == 64  # every test example, none dropped
-  rows = [r for r in metrics.read_jsonl(tmp_path / 'run' / 'metrics.jsonl') if 'train_loss' in r]
+  rows = [r for r in run_folder.read_jsonl(tmp_path / 'run' / 'metrics.jsonl') if 'train_loss' in r]
   assert rows[-1]['train_loss'] < rows[0]['train_loss']
   assert all('steps_per_sec' in r and 'grad_norm' in r for r in rows)
   assert list((tmp_path / 'run' / 'tb').iterdir())  # TensorBoard events
@@ -101,7 +103,7 @@ def test_best_and_last_sections(data_dir, tmp_path):
   config = tiny_config(data_dir, num_train_steps=40, eval_every=5, checkpoint_every=5,
                        learning_rate=0.3, schedule='cosine', warmup_steps=20)
   results = train.train_and_evaluate(config, tmp_path / 'run')
-  evals = [r for r in metrics.read_jsonl(tmp_path / 'run' / 'metrics.jsonl') if 'val_accuracy' in r]
+  evals = [r for r in run_folder.read_jsonl(tmp_path / 'run' / 'metrics.jsonl') if 'val_accuracy' in r]
   accuracies = [r['val_accuracy'] for r in evals]
   best_step = evals[int(np.argmax(accuracies))]['step']
   assert results['best']['step'] == best_step
@@ -111,10 +113,17 @@ def test_best_and_last_sections(data_dir, tmp_path):
   assert results['best']['val_accuracy'] > results['last']['val_accuracy']
 
 
-def test_kill_and_resume_matches_uninterrupted_run(data_dir, tmp_path):
-  steps = {'num_train_steps': 40}
-  subprocess.run(cli_args(data_dir, tmp_path / 'ref', **steps), env=run_env(), check=True,
+@pytest.fixture(scope='module')
+def reference_run(data_dir, tmp_path_factory):
+  """The workdir of an uninterrupted 40-step run: what every interrupted run must match."""
+  workdir = tmp_path_factory.mktemp('reference') / 'ref'
+  subprocess.run(cli_args(data_dir, workdir, num_train_steps=40), env=run_env(), check=True,
                  capture_output=True)
+  return workdir
+
+
+def test_kill_and_resume_matches_uninterrupted_run(data_dir, reference_run, tmp_path):
+  steps = {'num_train_steps': 40}
   # Kill a second run with SIGKILL once it has written a checkpoint, then rerun the command.
   proc = subprocess.Popen(cli_args(data_dir, tmp_path / 'killed', **steps), env=run_env(),
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -128,16 +137,16 @@ def test_kill_and_resume_matches_uninterrupted_run(data_dir, tmp_path):
   assert not (tmp_path / 'killed' / 'results.json').exists()
   subprocess.run(cli_args(data_dir, tmp_path / 'killed', **steps), env=run_env(), check=True,
                  capture_output=True)
-  ref = json.loads((tmp_path / 'ref' / 'results.json').read_text())
+  ref = json.loads((reference_run / 'results.json').read_text())
   resumed = json.loads((tmp_path / 'killed' / 'results.json').read_text())
   assert resumed == ref
-  ref_step, ref_params = latest_params(tmp_path / 'ref')
+  ref_step, ref_params = latest_params(reference_run)
   step, params = latest_params(tmp_path / 'killed')
   assert step == ref_step == 40
   for a, b in zip(ref_params, params):
     np.testing.assert_array_equal(a, b)  # bitwise on CPU
   # The metrics file has each step once, however the run was interrupted.
-  rows = metrics.read_jsonl(tmp_path / 'killed' / 'metrics.jsonl')
+  rows = run_folder.read_jsonl(tmp_path / 'killed' / 'metrics.jsonl')
   train_steps = [r['step'] for r in rows if 'train_loss' in r]
   assert train_steps == sorted(set(train_steps))
 
@@ -156,7 +165,7 @@ def one_device_run(data_dir, tmp_path_factory):
 
 
 def train_losses(workdir) -> list:
-  return [r['train_loss'] for r in metrics.read_jsonl(workdir / 'metrics.jsonl')
+  return [r['train_loss'] for r in run_folder.read_jsonl(workdir / 'metrics.jsonl')
           if 'train_loss' in r]
 
 
@@ -170,7 +179,7 @@ def test_two_devices_match_one(data_dir, one_device_run, tmp_path):
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
-  real_step = train.train_step
+  real_step = steps.train_step
 
   def poisoned_step(state, batch, dropout_key, **kwargs):
     state, step_metrics = real_step(state, batch, dropout_key, **kwargs)
@@ -179,8 +188,8 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path
     step_metrics['train_loss'] = jnp.where(bad, jnp.nan, step_metrics['train_loss'])
     return state, step_metrics
 
-  monkeypatch.setattr(train, 'train_step', poisoned_step)
-  with pytest.raises(train.TrainingError, match='Non-finite loss.*last good checkpoint'):
+  monkeypatch.setattr(steps, 'train_step', poisoned_step)
+  with pytest.raises(run_folder.TrainingError, match='Non-finite loss.*last good checkpoint'):
     train.train_and_evaluate(tiny_config(data_dir), tmp_path / 'run')
   step, params = latest_params(tmp_path / 'run')
   assert step == 10
@@ -189,7 +198,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path
 
 def test_workdir_of_another_config_is_refused(data_dir, tmp_path):
   train.train_and_evaluate(tiny_config(data_dir, num_train_steps=5), tmp_path / 'run')
-  with pytest.raises(train.TrainingError, match='different config.*learning_rate.*--overwrite'):
+  with pytest.raises(run_folder.TrainingError, match='different config.*learning_rate.*--overwrite'):
     train.train_and_evaluate(tiny_config(data_dir, num_train_steps=5, learning_rate=0.5),
                              tmp_path / 'run')
   results = train.train_and_evaluate(tiny_config(data_dir, num_train_steps=5, learning_rate=0.5),
@@ -260,3 +269,121 @@ runpy.run_path(sys.argv[0], run_name='__main__')
                         text=True)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert (tmp_path / 'run' / 'results.json').exists()
+
+
+def wait_for(predicate, timeout=120):
+  deadline = time.time() + timeout
+  while time.time() < deadline and not predicate():
+    time.sleep(0.05)
+
+
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_saves_the_current_step_and_resumes_exactly(data_dir, reference_run, tmp_path,
+                                                              signum):
+  """Ctrl-C or a cluster's SIGTERM mid-run: a checkpoint at the step reached, one line with the
+  command to resume, no traceback; the resumed run ends as the uninterrupted one."""
+  workdir = tmp_path / 'stopped'
+  command = cli_args(data_dir, workdir, num_train_steps=40)
+  proc = subprocess.Popen(command, env=run_env(), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+  # Past the first log step (5), so that training is under way.
+  wait_for(lambda: any(r.get('step', 0) >= 5 for r in run_folder.read_jsonl(
+      workdir / 'metrics.jsonl')))
+  proc.send_signal(signum)
+  stderr = proc.communicate(timeout=120)[1]
+  assert proc.returncode == 128 + signum, stderr[-2000:]
+  assert 'Traceback' not in stderr
+  line = stderr.strip().splitlines()[-1]
+  name = signal.Signals(signum).name
+  match = re.fullmatch(rf'{name}: stopped at step (\d+) of 40, checkpoint saved at step (\d+); '
+                       r'resume with: python (.*)', line)
+  assert match, line
+  step, saved = int(match[1]), int(match[2])
+  assert 5 <= step == saved < 40 and run_folder.saved_step(workdir, 'latest') == step
+  assert shlex.split(match[3]) == command[1:]
+  assert not (workdir / 'results.json').exists()
+  if signum == signal.SIGTERM:
+    return  # The same save and resume as SIGINT's, checked below once.
+  subprocess.run(command, env=run_env(), check=True, capture_output=True)
+  assert (json.loads((workdir / 'results.json').read_text())
+          == json.loads((reference_run / 'results.json').read_text()))
+  for a, b in zip(latest_params(reference_run)[1], latest_params(workdir)[1]):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_second_interrupt_stops_at_once():
+  code = '''
+import os, signal, time
+from lra_luna.training.train import StopSignals
+with StopSignals() as stop:
+  os.kill(os.getpid(), signal.SIGINT)
+  time.sleep(0.2)
+  print(stop.signal_name, flush=True)
+  os.kill(os.getpid(), signal.SIGINT)
+  time.sleep(30)
+print('not reached')
+'''
+  proc = subprocess.run([sys.executable, '-c', code], env=run_env(), capture_output=True,
+                        text=True, cwd=REPO, timeout=60)
+  assert proc.returncode == 128 + signal.SIGINT
+  assert proc.stdout == 'SIGINT\n'
+  assert proc.stderr == 'error: second SIGINT: stopped at once, without saving.\n'
+
+
+def test_top_level_flag_mistakes_get_one_line(data_dir, tmp_path):
+  misspelt = [a if a != '--workdir' else '--work_dir' for a in cli_args(data_dir, tmp_path)]
+  without_workdir = cli_args(data_dir, tmp_path)
+  at = without_workdir.index('--workdir')
+  del without_workdir[at:at + 2]
+  for args, fragment in ((misspelt, "Unknown command line flag 'work_dir'. Did you mean: "
+                                    'workdir'),
+                         (without_workdir, '--workdir is required')):
+    proc = subprocess.run(args, env=run_env(), capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith('error: ') and proc.stderr.count('\n') == 1, proc.stderr
+    assert fragment in proc.stderr
+
+
+def test_config_and_results_files_get_the_usual_mode(tmp_path):
+  umask = os.umask(0)
+  os.umask(umask)
+  run_folder.write_json_atomically(tmp_path / 'results.json', {'a': 1})
+  assert (tmp_path / 'results.json').stat().st_mode & 0o777 == 0o666 & ~umask
+  assert json.loads((tmp_path / 'results.json').read_text()) == {'a': 1}
+
+
+def test_report_reads_run_folders_without_jax():
+  code = ('import sys; import lra_luna.report; '
+          "print(sorted({m.split('.')[0] for m in sys.modules} & {'jax', 'flax', 'optax', "
+          "'orbax', 'numpy', 'tensorflow'}))")
+  proc = subprocess.run([sys.executable, '-c', code], env=run_env(), capture_output=True,
+                        text=True, cwd=REPO, check=True)
+  assert proc.stdout.strip() == '[]'
+
+
+def test_periodic_work_is_due_every_n_steps_and_at_the_end():
+  assert [s for s in range(1, 13) if train.itstime(s, 5, 12)] == [5, 10, 12]
+
+
+def test_progress_lines_show_the_logged_loss_and_leave_out_the_compile(tmp_path, monkeypatch,
+                                                                       capsys):
+  """stderr is no terminal here: plain lines. Their loss is the metrics.jsonl row's, and the
+  speed is counted from the end of the first step (a 1 s "compile" here)."""
+  monkeypatch.delenv('CI', raising=False)
+  config = tiny_config(tmp_path, num_train_steps=20, progress_bar=True)
+  writer = metrics.MetricWriter(tmp_path)
+  monitor = metrics.TrainingMonitor(config, [0], [tmp_path], [writer],
+                                    schedule=lambda step: 0.1, enabled=True)
+  assert monitor.mode == 'lines'
+  time.sleep(1.0)  # The first step compiles.
+  for step in range(1, 11):
+    monitor.step_done(step, {'train_loss': jnp.array([step / 10]), 'grad_norm': jnp.ones(1)})
+  monitor.flush(10)
+  monitor.close()
+  row = run_folder.read_jsonl(tmp_path / 'metrics.jsonl')[-1]
+  assert row['step'] == 10 and row['train_loss'] == pytest.approx(0.55)
+  line = capsys.readouterr().err.strip().splitlines()[-1]
+  match = re.fullmatch(r'train step 10/20: loss (\S+), (\S+) steps/s, (\S+) left', line)
+  assert match, line
+  assert match[1] == f'{row["train_loss"]:.4f}'
+  assert float(match[2]) > 20 and row['steps_per_sec'] > 20  # 9 steps in far less than 1 s

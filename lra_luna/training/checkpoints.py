@@ -11,13 +11,7 @@ import pathlib
 
 import orbax.checkpoint as ocp
 
-
-def saved_step(workdir, which: str) -> int | None:
-  """The step of workdir's 'latest' or 'best' checkpoint, None if it has none. Reads the folder
-  names only: nothing is opened or created."""
-  folder = pathlib.Path(workdir) / 'checkpoints' / which
-  steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
-  return max(steps, default=None)
+from lra_luna.training import run_folder
 
 
 def _manager(directory: pathlib.Path, item_names):
@@ -30,9 +24,10 @@ class Checkpoints:
   """The latest and the best checkpoint of one workdir."""
 
   def __init__(self, workdir):
-    root = pathlib.Path(workdir) / 'checkpoints'
-    self.latest = _manager(root / 'latest', ('state', 'data', 'info'))
-    self.best = _manager(root / 'best', ('state',))
+    folders = run_folder.CHECKPOINT_FOLDERS
+    self.latest = _manager(run_folder.checkpoint_dir(workdir, folders['last']),
+                           ('state', 'data', 'info'))
+    self.best = _manager(run_folder.checkpoint_dir(workdir, folders['best']), ('state',))
 
   def save_latest(self, step: int, state, train_iter, info: dict) -> None:
     if step in self.latest.all_steps():

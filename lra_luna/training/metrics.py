@@ -1,29 +1,19 @@
-"""Metric writing: TensorBoard event files (tensorboardX, no TensorFlow) and a JSON-lines file
-with the same values; atomic JSON files for results and configs."""
+"""Metrics of a run: the writer of `metrics.jsonl` and TensorBoard events, and the monitor that the
+training loop hands each step's values to (big_vision's BigVisionMetricWriter and Chrono are the
+pattern): it keeps them on the device until a log step, then checks they are finite, averages,
+times and writes them, and shows the progress on stderr."""
 
 import json
+import math
 import os
 import pathlib
-import tempfile
+import sys
+import time
 
-METRICS_FILE = 'metrics.jsonl'
+import jax
+import numpy as np
 
-
-def write_json_atomically(path, data) -> None:
-  """Writes JSON through a temporary file and a rename, so a reader never sees half a file."""
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  with tempfile.NamedTemporaryFile('w', dir=path.parent, suffix='.tmp', delete=False) as f:
-    json.dump(data, f, indent=2, sort_keys=True)
-    f.write('\n')
-  os.replace(f.name, path)
-
-
-def read_jsonl(path) -> list[dict]:
-  path = pathlib.Path(path)
-  if not path.exists():
-    return []
-  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+from lra_luna.training import run_folder
 
 
 class MetricWriter:
@@ -34,16 +24,16 @@ class MetricWriter:
 
   def __init__(self, workdir, *, enabled: bool = True, resume_step: int | None = None):
     self.enabled = enabled
-    self.jsonl_path = pathlib.Path(workdir) / METRICS_FILE
+    self.jsonl_path = pathlib.Path(workdir) / run_folder.METRICS_FILE
     self._tb = None
     if not enabled:
       return
     if resume_step is not None:
       # Rows past the restored checkpoint come from work that is about to be redone.
-      kept = [row for row in read_jsonl(self.jsonl_path) if row['step'] <= resume_step]
+      kept = [row for row in run_folder.read_jsonl(self.jsonl_path) if row['step'] <= resume_step]
       self.jsonl_path.write_text(''.join(json.dumps(row) + '\n' for row in kept))
     from tensorboardX import SummaryWriter  # Imported lazily: only the writing process needs it.
-    self._tb = SummaryWriter(str(pathlib.Path(workdir) / 'tb'))
+    self._tb = SummaryWriter(str(pathlib.Path(workdir) / run_folder.TENSORBOARD_DIR))
 
   def write_scalars(self, step: int, scalars: dict) -> None:
     if not self.enabled:
@@ -64,3 +54,94 @@ class MetricWriter:
   def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
+
+
+def progress_mode(config, enabled: bool) -> str:
+  """'bar' (a tqdm bar, stderr is a terminal), 'lines' (one plain line per log step, stderr is a
+  file or a pipe), or 'off' (config.progress_bar False, $CI set, or not the writing process)."""
+  if not (enabled and config.progress_bar) or os.environ.get('CI'):
+    return 'off'
+  return 'bar' if sys.stderr.isatty() else 'lines'
+
+
+def format_duration(seconds: float) -> str:
+  seconds = int(seconds)
+  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+
+
+class TrainingMonitor:
+  """The loop's one place for metrics: `step_done` after each step, `flush` at log steps.
+
+  Per-step values stay on the device until `flush` (no sync per step); `step_done` waits only for
+  the step before (one step stays in flight), so the progress counts finished steps, not queued
+  ones. Speed and time left are counted from the end of the first step: the compile is not in them.
+  """
+
+  def __init__(self, config, seeds, workdirs, writers, *, schedule, enabled: bool):
+    self.seeds, self.workdirs, self.writers = list(seeds), list(workdirs), writers
+    self.total_steps, self.schedule = config.num_train_steps, schedule
+    self.mode = progress_mode(config, enabled)
+    self._pending = []    # per-step metrics since the last flush, on the device
+    self._in_flight = None
+    self._clock = None    # (step, time) at the end of the first step
+    self._last_log = None  # (step, time) of the last flush
+    self._bar = None
+
+  def step_done(self, step: int, step_metrics) -> None:
+    self._pending.append(step_metrics)
+    if self._in_flight is not None:
+      jax.block_until_ready(self._in_flight)
+    self._in_flight = step_metrics
+    if self._clock is None:
+      jax.block_until_ready(step_metrics)  # The first step includes the compile.
+      self._clock = self._last_log = (step, time.time())
+      if self.mode == 'bar':
+        from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+        self._bar = tqdm(total=self.total_steps, initial=step, unit='step', desc='train')
+    elif self._bar is not None:
+      self._bar.update(1)
+
+  def flush(self, step: int) -> None:
+    """Writes each seed's mean train metrics since the last flush; TrainingError on non-finite
+    loss or gradient (the last good checkpoint is kept)."""
+    if not self._pending:
+      return
+    values = {k: np.stack([np.asarray(v[k]) for v in jax.device_get(self._pending)], axis=1)
+              for k in self._pending[0]}  # name -> [seeds, steps]
+    self._pending = []
+    for i, seed in enumerate(self.seeds):
+      if not all(np.isfinite(values[k][i]).all() for k in ('train_loss', 'grad_norm')):
+        raise run_folder.TrainingError(
+            f'Non-finite loss or gradient (seed {seed}) before step {step}: train_loss '
+            f'{values["train_loss"][i].tolist()}, grad_norm {values["grad_norm"][i].tolist()}. '
+            f'The last good checkpoint in {self.workdirs[i] / run_folder.CHECKPOINTS_DIR} is '
+            'kept; lower config.learning_rate or set config.grad_clip_norm, then rerun.')
+    now = time.time()
+    speed = (step - self._last_log[0]) / max(now - self._last_log[1], 1e-9)
+    self._last_log = (step, now)
+    for i, writer in enumerate(self.writers):
+      mean = {k: float(np.mean(v[i])) for k, v in values.items()}
+      writer.write_scalars(step, {**mean, 'steps_per_sec': speed,
+                                  'learning_rate': float(self.schedule(step))})
+    self._show(step, float(np.mean(values['train_loss'])), now)  # the mean written, over seeds
+
+  def _show(self, step: int, loss: float, now: float) -> None:
+    """The progress: the loss just written to metrics.jsonl (seed mean), speed and time left."""
+    if self._bar is not None:
+      self._bar.set_postfix(loss=f'{loss:.4f}', refresh=True)
+    elif self.mode == 'lines':
+      rate = (step - self._clock[0]) / max(now - self._clock[1], 1e-9)
+      left = (self.total_steps - step) / rate if rate > 0 else math.inf
+      eta = format_duration(left) if math.isfinite(left) else '?'
+      print(f'train step {step}/{self.total_steps}: loss {loss:.4f}, {rate:.2f} steps/s, '
+            f'{eta} left', file=sys.stderr, flush=True)
+
+  def write(self, step: int, index: int, scalars: dict) -> None:
+    """Scalars of seed `index` (validation, test) at `step`."""
+    self.writers[index].write_scalars(step, scalars)
+
+  def close(self) -> None:
+    if self._bar is not None:
+      self._bar.close()
+    for writer in self.writers:
+      writer.close()

@@ -1,0 +1,98 @@
+"""The layout of a run folder (`--workdir`), in one place: what each file is called, where the
+checkpoints go, how a folder is checked and started, and the error a run stops with.
+
+  <workdir>/config.json                 the run's config (check_workdir compares a rerun's to it)
+  <workdir>/metrics.jsonl, tb/          training and validation scalars (training/metrics.py)
+  <workdir>/checkpoints/latest/<step>/  the latest checkpoint, for resuming (training/checkpoints.py)
+  <workdir>/checkpoints/best/<step>/    the best checkpoint on validation
+  <workdir>/results.json                the final validation and test metrics
+
+No JAX here: `report` reads run folders with this module alone.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+
+CONFIG_FILE = 'config.json'
+RESULTS_FILE = 'results.json'
+METRICS_FILE = 'metrics.jsonl'
+TENSORBOARD_DIR = 'tb'
+CHECKPOINTS_DIR = 'checkpoints'
+# results.json section ('best', 'last') -> its checkpoint folder under checkpoints/.
+CHECKPOINT_FOLDERS = {'best': 'best', 'last': 'latest'}
+
+
+class TrainingError(RuntimeError):
+  """The run cannot go on (non-finite loss or gradient, a workdir of another run)."""
+
+
+def checkpoint_dir(workdir, which: str) -> pathlib.Path:
+  """<workdir>/checkpoints/<which>: which is a folder ('latest', 'best')."""
+  return pathlib.Path(workdir) / CHECKPOINTS_DIR / which
+
+
+def saved_step(workdir, which: str) -> int | None:
+  """The step of workdir's 'latest' or 'best' checkpoint, None if it has none. Reads the folder
+  names only: nothing is opened or created."""
+  folder = checkpoint_dir(workdir, which)
+  steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+  return max(steps, default=None)
+
+
+def write_json_atomically(path, data) -> None:
+  """Writes JSON through a temporary file and a rename, so a reader never sees half a file. The
+  file gets the mode any new file gets (0644 under the usual umask), not the temporary's 0600."""
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with tempfile.NamedTemporaryFile('w', dir=path.parent, suffix='.tmp', delete=False) as f:
+    json.dump(data, f, indent=2, sort_keys=True)
+    f.write('\n')
+  umask = os.umask(0)
+  os.umask(umask)
+  os.chmod(f.name, 0o666 & ~umask)
+  os.replace(f.name, path)
+
+
+def read_jsonl(path) -> list[dict]:
+  """The rows of a JSON-lines file (metrics.jsonl); [] if it does not exist."""
+  path = pathlib.Path(path)
+  if not path.exists():
+    return []
+  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def differing_fields(saved: dict, wanted: dict) -> list[str]:
+  """The top-level config fields that differ between two configs as dicts."""
+  return sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+
+
+def check_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:
+  """Refuses a workdir that holds a run with another config, unless `overwrite`; writes nothing."""
+  if workdir.exists() and not workdir.is_dir():
+    raise TrainingError(f'--workdir {workdir} is a file, not a folder; choose a folder for the '
+                        'run (checkpoints, metrics, results.json).')
+  config_path = workdir / CONFIG_FILE
+  if config_path.exists() and not overwrite:
+    saved, wanted = json.loads(config_path.read_text()), json.loads(config.to_json())
+    if saved != wanted:
+      raise TrainingError(
+          f'{workdir} holds a run with a different config (fields '
+          f'{differing_fields(saved, wanted)} differ). Use another --workdir, or pass '
+          '--overwrite to delete that run and start anew.')
+
+
+def start_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:
+  """Clears the workdir with `overwrite`, then records the config. Called (by the writing
+  process) once the data and the model are ready, so that a start that fails (missing data, a
+  bad option) leaves no config behind to refuse the corrected rerun."""
+  try:
+    if overwrite and workdir.exists():
+      shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    write_json_atomically(workdir / CONFIG_FILE, json.loads(config.to_json()))
+  except OSError as e:
+    raise TrainingError(f'Cannot write the run folder {workdir} ({e.strerror}: {e.filename}); '
+                        'choose a writable --workdir.') from None

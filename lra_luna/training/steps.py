@@ -1,0 +1,173 @@
+"""What a run is built from, for the training loop and the tools alike: the model's typed config,
+the train state, the optimizer and its schedule, the train and eval steps, the evaluator and the
+device mesh. `train` (the loop), `evaluate`, `predict`, `profile` and `sweep` import this module.
+
+The state is a plain pytree {'params', 'constants', 'opt_state', 'step'}; several seeds train as
+a stack of states (a leading seed axis, steps vmapped over it).
+"""
+
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from lra_luna import config_lib
+from lra_luna.datasets import input_pipeline
+from lra_luna.models import classifier as models
+from lra_luna.models.model_config import ModelConfig
+
+
+def model_config(config, data) -> ModelConfig:
+  """The checked, typed config.model, with the fields that come from the data filled in."""
+  return ModelConfig.from_config(config.model, vocab_size=data.vocab_size,
+                                 num_classes=data.num_classes, max_length=config.max_length)
+
+
+def majority_rate(targets) -> float:
+  return float(np.bincount(np.asarray(targets)).max() / len(targets))
+
+
+
+# ----------------------------------------------------------------------------------------------
+# Optimizer and schedules (lra.md §3).
+# ----------------------------------------------------------------------------------------------
+def make_schedule(config):
+  """'rsqrt': lr * min(s/w, sqrt(w/s)) (LRA's linear_warmup * rsqrt_decay, peak-normalised as
+  fairseq's inverse_sqrt); 'cosine': linear warmup to lr, then cosine decay to 0."""
+  peak, warmup = config.learning_rate, max(config.warmup_steps, 1)
+  if config.schedule == 'rsqrt':
+    def rsqrt(step):
+      step = jnp.maximum(step, 1).astype(jnp.float32)
+      return peak * jnp.minimum(step / warmup, jnp.sqrt(warmup / step))
+    return rsqrt
+  if config.schedule == 'cosine':
+    return optax.warmup_cosine_decay_schedule(0.0, peak, warmup, max(config.num_train_steps, warmup + 1))
+  raise ValueError(f'Unknown schedule {config.schedule!r}; valid choices: {config_lib.SCHEDULES}.')
+
+
+def make_optimizer(config):
+  """AdamW (b1 0.9, b2 0.98, decoupled weight decay), optional global-norm clipping."""
+  adamw = optax.adamw(make_schedule(config), b1=config.adam_b1, b2=config.adam_b2,
+                      eps=config.adam_eps, weight_decay=config.weight_decay)
+  if config.grad_clip_norm > 0:
+    return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), adamw)
+  return adamw
+
+
+# ----------------------------------------------------------------------------------------------
+# Steps. State = {'params', 'constants', 'opt_state', 'step'}: a plain pytree.
+# ----------------------------------------------------------------------------------------------
+def weighted_cross_entropy(logits, targets, weights):
+  """Sums of loss, correct predictions and weights over a batch (weights mask padding rows)."""
+  losses = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+  correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
+  return jnp.sum(losses * weights), jnp.sum(correct * weights), jnp.sum(weights)
+
+
+def train_step(state, batch, dropout_key, *, graphdef, tx):
+  """One AdamW step on the mean cross-entropy; dropout keys are explicit (folded with the step)."""
+  rngs_key = jax.random.fold_in(dropout_key, state['step'])
+
+  def loss_fn(params):
+    model = nnx.merge(graphdef, params, state['constants'])
+    logits = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=rngs_key))
+    loss, correct, count = weighted_cross_entropy(logits, batch['targets'],
+                                                  jnp.ones_like(batch['targets'], jnp.float32))
+    return loss / count, correct / count
+
+  (loss, accuracy), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
+  updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
+  params = optax.apply_updates(state['params'], updates)
+  metrics = {'train_loss': loss, 'train_accuracy': accuracy,
+             'grad_norm': optax.tree.norm(grads), 'param_norm': optax.tree.norm(params)}
+  return dict(state, params=params, opt_state=opt_state, step=state['step'] + 1), metrics
+
+
+def init_state(model_cfg: ModelConfig, seed: int, tx):
+  """(graphdef, state, number of parameters) of a fresh model described by `model_cfg`."""
+  model = models.build_model(model_cfg, seed)
+  graphdef, params, constants = nnx.split(model, nnx.Param, ...)
+  params, constants = nnx.to_pure_dict(params), nnx.to_pure_dict(constants)
+  state = {'params': params, 'constants': constants, 'opt_state': tx.init(params),
+           'step': jnp.zeros((), jnp.int32)}
+  return graphdef, state, models.count_params(model)
+
+
+def eval_step(params, constants, batch, *, graphdef):
+  model = nnx.merge(graphdef, params, constants)
+  logits = model(batch, deterministic=True)
+  return weighted_cross_entropy(logits, batch['targets'], batch['weights'])
+
+
+def make_evaluator(config, graphdef, mesh):
+  """evaluate(stacked_state, arrays) -> {'loss': [seeds], 'accuracy': [seeds], 'count': int}
+  over every example of one split's arrays (at most config.max_eval_batches batches, if set)."""
+  eval_fn = jax.jit(jax.vmap(functools.partial(eval_step, graphdef=graphdef),
+                             in_axes=(0, 0, None)))
+
+  def evaluate(stacked_state, arrays):
+    totals = 0.0
+    for i, batch in enumerate(input_pipeline.eval_batches(arrays, config.eval_batch_size)):
+      if config.max_eval_batches and i >= config.max_eval_batches:
+        break
+      sums = eval_fn(stacked_state['params'], stacked_state['constants'],
+                     global_batch(mesh, batch))
+      totals = totals + np.stack(jax.device_get(sums), axis=-1).astype(np.float64)
+    loss, correct, count = totals[:, 0], totals[:, 1], totals[0, 2]
+    return {'loss': loss / count, 'accuracy': correct / count, 'count': int(count)}
+
+  return evaluate
+
+
+def checkpoint_metrics(step: int, val: dict, test: dict, index: int) -> dict:
+  """A results.json section ('best', 'last'): seed `index`'s metrics from `evaluate`."""
+  return {'step': int(step),
+          'val_accuracy': float(val['accuracy'][index]), 'val_loss': float(val['loss'][index]),
+          'test_accuracy': float(test['accuracy'][index]), 'test_loss': float(test['loss'][index]),
+          'test_examples': test['count']}
+
+
+# ----------------------------------------------------------------------------------------------
+# Devices: data parallel over every device of every process.
+# ----------------------------------------------------------------------------------------------
+def maybe_initialize_distributed():
+  """Joins a multi-process run when the launcher says so: JAX_COORDINATOR_ADDRESS with
+  JAX_NUM_PROCESSES and JAX_PROCESS_ID, or a cluster JAX detects itself (SLURM, Open MPI)."""
+  if os.environ.get('JAX_COORDINATOR_ADDRESS'):
+    # CPU processes (tests, CPU clusters) exchange collectives through gloo.
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+    jax.distributed.initialize(
+        os.environ['JAX_COORDINATOR_ADDRESS'],
+        num_processes=int(os.environ['JAX_NUM_PROCESSES']),
+        process_id=int(os.environ['JAX_PROCESS_ID']))
+  elif int(os.environ.get('SLURM_NTASKS', '1')) > 1 or int(os.environ.get('OMPI_COMM_WORLD_SIZE', '1')) > 1:
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+    jax.distributed.initialize()
+
+
+def make_mesh():
+  # Auto axes: the compiler propagates shardings through the model (no per-op annotations).
+  return jax.make_mesh((jax.device_count(),), ('data',),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def global_batch(mesh, local_batch: dict, seed_axis: bool = False):
+  """Assembles the global batch from each process's rows, sharded over the 'data' axis (the
+  example axis: axis 1 when the batch carries a leading seed axis)."""
+  spec = PartitionSpec(None, 'data') if seed_axis else PartitionSpec('data')
+  sharding = NamedSharding(mesh, spec)
+  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+          for k, v in local_batch.items()}
+
+
+def stack_trees(trees):
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def unstack_tree(tree, index):
+  return jax.tree.map(lambda x: x[index], tree)
