@@ -26,6 +26,7 @@ flags.mark_flags_as_required(['config', 'workdir'])
 
 def parse_flags(argv):
   """absl's flag parsing, with a bad --config or --config.<key> answered in one line."""
+  argv = config_lib.with_resolved_config(argv)  # configs/<task>.py from any folder
   spec, overrides = config_lib.config_flags_of(argv)
   if spec:
     try:

@@ -11,6 +11,7 @@ from absl import flags
 import ml_collections
 from ml_collections import config_flags
 
+import lra_luna
 from lra_luna.models import plugins
 
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx')
@@ -36,7 +37,8 @@ DATA_SOURCES = {
     'text': ('auto', 'tfds'),
     'image': ('auto', 'tfds'),
 }
-CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / 'configs'
+# The task configs: configs/ of the checkout, else the copy installed as lra_luna/configs.
+CONFIG_DIR = (lra_luna.CHECKOUT or pathlib.Path(__file__).resolve().parent) / 'configs'
 
 
 def parse_arg(arg: str | None, default_model: str) -> tuple[str, bool]:
@@ -199,12 +201,44 @@ def flatten(config: ml_collections.ConfigDict) -> dict:
 # with one-line errors (config_flags itself answers with a traceback or a bare KeyError).
 # ----------------------------------------------------------------------------------------------
 def config_spec_path(spec: str) -> pathlib.Path:
-  """The file of a `path/to/<task>.py[:arg]` spec; ValueError naming the task configs if absent."""
-  path = pathlib.Path(spec.partition(':')[0])
-  if not path.is_file():
-    choices = ', '.join(f'configs/{p.name}' for p in sorted(CONFIG_DIR.glob('*.py')))
-    raise ValueError(f'config file {path} not found; the task configs are {choices}.')
-  return path
+  """The file of a `path/to/<task>.py[:arg]` spec: the path from the current folder, else, for
+  `configs/<task>.py` or `<task>.py`, the task config in CONFIG_DIR (so commands work from any
+  folder). ValueError naming the paths tried and the task configs if neither is a file."""
+  path = pathlib.Path(spec.partition(':')[0]).expanduser()
+  if path.is_file():
+    return path
+  tried = [str(path.absolute())]
+  if not path.is_absolute() and str(path.parent) in ('.', 'configs'):
+    if (CONFIG_DIR / path.name).is_file():
+      return CONFIG_DIR / path.name
+    tried.append(str(CONFIG_DIR / path.name))
+  choices = ', '.join(f'configs/{p.name}' for p in sorted(CONFIG_DIR.glob('*.py')))
+  raise ValueError(f'config file {path} not found (tried {" and ".join(tried)}); the task '
+                   f'configs are {choices} (in {CONFIG_DIR}).')
+
+
+def resolved_spec(spec: str) -> str:
+  """`spec` with its file as config_spec_path finds it (the argument after ':' kept)."""
+  path, sep, arg = spec.partition(':')
+  return f'{config_spec_path(path)}{sep}{arg}'
+
+
+def with_resolved_config(argv) -> list[str]:
+  """argv with --config's file resolved (resolved_spec), so absl finds it from any folder; a
+  spec that resolves to nothing is left for load_config's one-line error."""
+  resolved, args = [], iter(argv)
+  for arg in args:
+    name, has_value, value = arg.partition('=')
+    if name == '--config':
+      value = value if has_value else next(args, '')
+      try:
+        value = resolved_spec(value)
+      except ValueError:
+        pass
+      resolved.append(f'--config={value}')
+    else:
+      resolved.append(arg)
+  return resolved
 
 
 def key_paths(config: ml_collections.ConfigDict) -> list[str]:
@@ -274,7 +308,7 @@ def flag_error_message(error: BaseException, spec: str, argv) -> str:
 def load_config(spec: str, overrides=()) -> ml_collections.ConfigDict:
   """The config that `--config=spec` and `--config.<key>=<value>` overrides give, as run_lra
   builds it (a locked config: a misspelt key is an error). ValueError in one line otherwise."""
-  config_spec_path(spec)
+  spec = resolved_spec(spec)
   argv = ['lra_luna', f'--config={spec}', *overrides]
   flag_values = flags.FlagValues()  # private flags: the caller's absl flags are left alone
   config_flags.DEFINE_config_file('config', None, 'config file', flag_values=flag_values,

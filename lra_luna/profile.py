@@ -47,7 +47,7 @@ from lra_luna.models import plugins
 from lra_luna.training import train
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-TEXT_CONFIG = REPO_ROOT / 'configs' / 'text.py'
+TEXT_CONFIG = config_lib.CONFIG_DIR / 'text.py'
 BASELINE = 'transformer'
 CORE_MODELS = ('transformer', 'transformer_fused', 'luna16', 'luna128', 'luna256')
 PAPER_LENGTHS = (1024, 2048, 3072, 4096)
@@ -641,6 +641,10 @@ def parse_args(argv):
   except (ValueError, FileNotFoundError) as e:
     parser.error(str(e))
   # Absolute, so that worker processes (run from the repository root) find it.
+  try:
+    args.config = config_lib.resolved_spec(args.config)
+  except ValueError as e:
+    parser.error(str(e))
   path, sep, arg = args.config.partition(':')
   args.config = str(pathlib.Path(path).resolve()) + sep + arg
   return args
