@@ -41,7 +41,7 @@ def load_run_config(workdir) -> ml_collections.ConfigDict:
     runs = sorted(str(p.parent) for p in workdir.rglob(train.CONFIG_FILE))
     if runs:  # A sweep's root: name the runs below it.
       more = f' (and {len(runs) - 5} more)' if len(runs) > 5 else ''
-      raise FileNotFoundError(f'{workdir} holds no run itself but {len(runs)} run folders below '
+      raise FileNotFoundError(f'{workdir} holds no run itself but {len(runs)} run folder(s) below '
                               f'it: {", ".join(runs[:5])}{more}; give one of them.')
     raise FileNotFoundError(f'{workdir} has no {train.CONFIG_FILE}: not a run_lra.py workdir.')
   config = ml_collections.ConfigDict(json.loads(path.read_text()))

@@ -19,8 +19,9 @@ An input per task, tokenised by its reader's own function (lra_luna/datasets):
 - pathfinder, pathx: a grayscale PNG of the task's resolution (pathfinder.read_image).
 An empty input, an unbalanced ListOps expression, or one longer than config.max_length is
 refused in one line (by how much); Text and Retrieval inputs, which training cut by design, are
-cut to max_length as in training, with a note on stderr. Sequences are padded with 0. The model is the best
-checkpoint (highest validation accuracy) by default, or the last. No task imports TensorFlow.
+cut to max_length as in training, with a note on stderr. Sequences are padded with 0. The model
+is the best checkpoint (highest validation accuracy) by default, or the last. No task imports
+TensorFlow.
 """
 
 import argparse

@@ -235,5 +235,5 @@ def test_a_missing_folder_or_a_sweep_root_is_named_as_such(run, tmp_path, capsys
     (folder / 'config.json').write_text((workdir / 'config.json').read_text())
   for main, extra in ((evaluate.main, []), (predict.main, ['[MAX 1 ]'])):
     error = one_line_error(main, [str(sweep), *extra], capsys)
-    assert f'{sweep} holds no run itself but 2 run folders below it' in error
+    assert f'{sweep} holds no run itself but 2 run folder(s) below it' in error
     assert f'{sweep}/listops/transformer/cls/seed0, {sweep}/listops/transformer/cls/seed1' in error

@@ -11,7 +11,7 @@ import numpy as np
 import lra_luna
 
 # Where datasets live unless `--config.data_dir` or $LRA_DATA_DIR says otherwise (ignored by git).
-# data/store/ of the checkout; an installed package (no checkout) keeps its data in the user's cache.
+# data/store/ of the checkout; an installed package (no checkout) keeps it in the user's cache.
 DEFAULT_DATA_ROOT = (lra_luna.CHECKOUT / 'data' / 'store' if lra_luna.CHECKOUT
                      else pathlib.Path.home() / '.cache' / 'lra_luna' / 'data')
 DATA_DIR_ENV = 'LRA_DATA_DIR'
