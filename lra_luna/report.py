@@ -523,7 +523,8 @@ LABEL_OFFSETS = [(dx, dy) for dy in (8, -16, 22, -30, 36, -44) for dx in (8, -8)
 
 
 def place_labels(fig, ax, labels) -> list:
-  """Annotations of (text, x, y) that do not overlap each other (nearest free offset)."""
+  """Annotations of (text, x, y) that do not overlap each other nor leave the figure (the first
+  free offset)."""
   renderer = fig.canvas.get_renderer()
   placed, boxes = [], []
   for text, x, y in labels:
@@ -531,7 +532,9 @@ def place_labels(fig, ax, labels) -> list:
       annotation = ax.annotate(text, (x, y), textcoords='offset points', xytext=(dx, dy),
                                fontsize=8, ha='left' if dx > 0 else 'right')
       box = annotation.get_window_extent(renderer)
-      if not any(box.overlaps(other) for other in boxes) or (dx, dy) == LABEL_OFFSETS[-1]:
+      inside = fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1
+      free = inside and not any(box.overlaps(other) for other in boxes)
+      if free or (dx, dy) == LABEL_OFFSETS[-1]:
         break
       annotation.remove()
     placed.append(annotation)
@@ -570,7 +573,7 @@ def figure1(summary: dict, results: list[dict], profile: dict | list | None, che
   plotted = [training_record(r) for r in results if (r['model'], r['head']) in points
              and (y_task is None or r['task'] == y_task)]
   if any(t['shortened'] for t in plotted):
-    notes.append('SHORTENED TRAINING: ' + describe_training(
+    notes.append('Training: ' + describe_training(
         [{**t, 'overrides': None} for t in plotted]))
 
   fig, ax = plt.subplots(figsize=(6, 4.5))
@@ -588,7 +591,7 @@ def figure1(summary: dict, results: list[dict], profile: dict | list | None, che
   if not points:
     ax.text(0.5, 0.5, 'no points: no speed measured for any model', ha='center',
             transform=ax.transAxes)
-  ax.set_xlabel(x_label, fontsize=8 if profile is None else None)
+  ax.set_xlabel(textwrap.fill(x_label, 80), fontsize=8 if profile is None else None)
   ax.set_ylabel(y_label)
   size_note = (f'circle area ∝ {MEMORY_KEYS[memory_key]}' if memories and memory_key
                else 'no memory measured')

@@ -313,6 +313,7 @@ def test_figure_without_profile_puts_each_model_at_one_speed_and_labels_apart(sw
   fig = report.figure1(summary, [], profile, 'last')
   boxes = label_boxes(fig)
   assert len(boxes) == 2 and not boxes[0].overlaps(boxes[1])
+  assert all(fig.bbox.x0 <= b.x0 and b.x1 <= fig.bbox.x1 for b in boxes)  # none cut off
 
 
 def test_figure_states_a_task_mismatch_with_the_profile(sweep, capsys):
