@@ -6,6 +6,13 @@ metrics, run folder), and the tools on top (`evaluate`, `predict`, `profile`, `s
 """
 
 import importlib
+import pathlib
+
+# The source checkout this package runs from (a clone, or `pip install -e .`), or None when it is
+# installed on its own (`pip install .`): the task configs and the default data root live there.
+_PARENT = pathlib.Path(__file__).resolve().parent.parent
+CHECKOUT = (_PARENT if (_PARENT / 'configs').is_dir() and (_PARENT / 'pyproject.toml').is_file()
+            else None)
 
 # Modules that lived at the top of the package before the layout by layer. Plug-ins written then
 # (`from lra_luna import attention`) keep working; the modules load only when asked for, so that

@@ -19,6 +19,7 @@ from ml_collections import config_flags
 
 from lra_luna import protocols
 from lra_luna.models import model_config
+import lra_luna
 
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx')
 # Model name -> (attention, pack length l or None).
@@ -43,7 +44,8 @@ DATA_SOURCES = {
     'text': ('auto', 'tfds'),
     'image': ('auto', 'tfds'),
 }
-CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / 'configs'
+# The task configs: configs/ of the checkout, else the copy installed as lra_luna/configs.
+CONFIG_DIR = (lra_luna.CHECKOUT or pathlib.Path(__file__).resolve().parent) / 'configs'
 
 # The words after the colon of `configs/<task>.py:<words>` and their defaults. A model name sets
 # `model`; a bare word turns its flag on; `key=value` sets any word. Adding a variant is one line
@@ -214,12 +216,20 @@ def flatten(config: ml_collections.ConfigDict) -> dict:
 # with one-line errors (config_flags itself answers with a traceback or a bare KeyError).
 # ----------------------------------------------------------------------------------------------
 def config_spec_path(spec: str) -> pathlib.Path:
-  """The file of a `path/to/<task>.py[:arg]` spec; ValueError naming the task configs if absent."""
-  path = pathlib.Path(spec.partition(':')[0])
-  if not path.is_file():
-    choices = ', '.join(f'configs/{p.name}' for p in sorted(CONFIG_DIR.glob('*.py')))
-    raise ValueError(f'config file {path} not found; the task configs are {choices}.')
-  return path
+  """The file of a `path/to/<task>.py[:arg]` spec: the path from the current folder, else, for
+  `configs/<task>.py` or `<task>.py`, the task config in CONFIG_DIR (so commands work from any
+  folder). ValueError naming the paths tried and the task configs if neither is a file."""
+  path = pathlib.Path(spec.partition(':')[0]).expanduser()
+  if path.is_file():
+    return path
+  tried = [str(path.absolute())]
+  if not path.is_absolute() and str(path.parent) in ('.', 'configs'):
+    if (CONFIG_DIR / path.name).is_file():
+      return CONFIG_DIR / path.name
+    tried.append(str(CONFIG_DIR / path.name))
+  choices = ', '.join(f'configs/{p.name}' for p in sorted(CONFIG_DIR.glob('*.py')))
+  raise ValueError(f'config file {path} not found (tried {" and ".join(tried)}); the task '
+                   f'configs are {choices} (in {CONFIG_DIR}).')
 
 
 def key_paths(config: ml_collections.ConfigDict) -> list[str]:

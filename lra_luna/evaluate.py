@@ -31,8 +31,16 @@ from lra_luna.training import steps as steps_lib
 
 def load_run_config(workdir) -> ml_collections.ConfigDict:
   """The validated config of the run in `workdir`; FileNotFoundError if it holds none."""
-  path = pathlib.Path(workdir) / run_folder.CONFIG_FILE
+  workdir = pathlib.Path(workdir)
+  path = workdir / run_folder.CONFIG_FILE
+  if not workdir.is_dir():
+    raise FileNotFoundError(f'{workdir}: no such folder; give the --workdir of a run_lra.py run.')
   if not path.is_file():
+    runs = sorted(str(p.parent) for p in workdir.rglob(run_folder.CONFIG_FILE))
+    if runs:  # A sweep's root: name the runs below it.
+      more = f' (and {len(runs) - 5} more)' if len(runs) > 5 else ''
+      raise FileNotFoundError(f'{workdir} holds no run itself but {len(runs)} run folder(s) below '
+                              f'it: {", ".join(runs[:5])}{more}; give one of them.')
     raise FileNotFoundError(f'{workdir} has no {run_folder.CONFIG_FILE}: not a run_lra.py workdir.')
   config = ml_collections.ConfigDict(json.loads(path.read_text()))
   config_lib.validate(config)

@@ -17,8 +17,11 @@ An input per task, tokenised by its reader's own function (lra_luna/datasets):
   line INPUTs go two by two;
 - image: an image file of 32 x 32 pixels, read as RGB and made gray by image.grayscale (LRA's);
 - pathfinder, pathx: a grayscale PNG of the task's resolution (pathfinder.read_image).
-Sequences are cut to config.max_length and padded with 0 as in training. The model is the best
-checkpoint (highest validation accuracy) by default, or the last. No task imports TensorFlow.
+An empty input, an unbalanced ListOps expression, or one longer than config.max_length is
+refused in one line (by how much); Text and Retrieval inputs, which training cut by design, are
+cut to max_length as in training, with a note on stderr. Sequences are padded with 0. The model
+is the best checkpoint (highest validation accuracy) by default, or the last. No task imports
+TensorFlow.
 """
 
 import argparse
@@ -49,22 +52,60 @@ from lra_luna.training import run_folder
 # ----------------------------------------------------------------------------------------------
 # Tokenisation: one input -> token ids (Retrieval: a pair of them), as the task's reader does it.
 # ----------------------------------------------------------------------------------------------
+def shown(item, limit: int = 60) -> str:
+  """An input as an error names it: its repr, shortened."""
+  text = repr(item)
+  return text if len(text) <= limit else text[:limit - 5] + '...' + text[-2:]
+
+
+def checked_length(ids, config, what: str):
+  """The ids of one input, refused when empty or longer than config.max_length (cutting would
+  change the input, e.g. a ListOps expression, silently), except where training cut such inputs
+  by design (max_truncated_fraction 1.0: Text, Retrieval): cut as training cut, with a note."""
+  if len(ids) == 0:
+    raise ValueError(f'{what} is empty: there is nothing to classify.')
+  excess = len(ids) - config.max_length
+  if excess > 0:
+    if config.max_truncated_fraction >= 1.0:
+      print(f'note: {what}: {len(ids)} tokens, cut to the model\'s max_length '
+            f'{config.max_length}, as training cut its inputs.', file=sys.stderr)
+      return ids[:config.max_length]
+    raise ValueError(f'{what} has {len(ids)} tokens, {excess} more than this model\'s '
+                     f'max_length {config.max_length}; it would be cut, and this model never '
+                     'saw a cut input. Shorten it, or train with a larger --config.max_length.')
+  return ids
+
+
 def listops_ids(expression: str, config) -> list[int]:
+  what = f'ListOps input {shown(expression)}'
   try:
-    return listops.token_ids(expression)[:config.max_length]
+    ids = listops.token_ids(expression)
   except KeyError as e:
-    raise ValueError(f'ListOps input {expression!r}: unknown token {e.args[0]!r} (known: '
+    raise ValueError(f'{what}: unknown token {e.args[0]!r} (known: '
                      f'{" ".join(listops.VOCAB[1:])} and parentheses).') from None
+  depth = 0
+  for token in expression.split():
+    depth += (token in listops.OPERATORS) - (token == listops.CLOSE)
+    if depth < 0:
+      break
+  if depth:
+    problem = 'a ] closes nothing' if depth < 0 else f'{depth} operator(s) not closed by ]'
+    raise ValueError(f'{what}: brackets do not match ({problem}).')
+  return checked_length(ids, config, what)
 
 
 def text_ids(review: str, config) -> np.ndarray:
-  return text.byte_ids(review.encode('utf-8'), config.max_length)
+  ids = text.byte_ids(review.encode('utf-8'), len(review.encode('utf-8')))
+  return checked_length(ids, config, f'Text input {shown(review)}')
 
 
 def retrieval_ids(pair, config) -> tuple:
   if isinstance(pair, str) or len(pair) != 2:
     raise ValueError(f'Retrieval input {pair!r}: expected a pair of texts (text1, text2).')
-  return tuple(retrieval.encode_text(document, config.max_length)[0] for document in pair)
+  # encode_text keeps LRA's first MAX_TEXT_BYTES bytes of a paper, as training did.
+  return tuple(checked_length(retrieval.encode_text(document, retrieval.MAX_TEXT_BYTES)[0],
+                              config, f'Retrieval text {shown(document)}')
+               for document in pair)
 
 
 def image_ids(path, config) -> np.ndarray:

@@ -4,11 +4,17 @@
 
 For each (model, length) it builds the model with that max_length, the real optimizer and the
 real `steps.train_step`, keeps one random batch on the device, compiles ahead of time (timed on
-its own), warms up and takes the median of timed steps (stack.md, "Measuring speed and memory").
+its own), warms up and takes the median of timed steps (stack.md, "Measuring speed and memory"),
+with their min and max: a point whose steps spread more than 10% ((max - min) / median) gets a
+warning, in the output and under table2.md, since a busy machine moves ratios by more than that.
 Memory: XLA's estimate for the compiled step (argument + output - alias + temp) everywhere, and
 on GPU the device's `peak_bytes_in_use`. That peak never resets, so on GPU every point runs in a
 fresh process (`--isolate`, the default there). A point that runs out of memory is recorded as
-OOM and the sweep goes on. One device; the whole batch sits on it.
+OOM and the sweep goes on. On a CPU a point whose compiled estimate exceeds the host's memory
+(--host_memory_gib, default the physical memory) is skipped before it runs ("needs X GiB, host
+has Y"), not left to the kernel's OOM killer. One device; the whole batch sits on it.
+Fitted log-log slopes of time and memory against length need 3 or more lengths and are printed
+with their standard error, to the digits it supports. --lengths takes 1024,2048 or 1K,2K.
 
 `--memory_only` compiles every point and reads the estimates without running a step: the
 paper's batch of 32 at 4K then gets its memory column even where the Transformer could never
@@ -41,7 +47,7 @@ from lra_luna.models import plugins
 from lra_luna.training import steps
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-TEXT_CONFIG = REPO_ROOT / 'configs' / 'text.py'
+TEXT_CONFIG = config_lib.CONFIG_DIR / 'text.py'
 BASELINE = 'transformer'
 CORE_MODELS = ('transformer', 'transformer_fused', 'luna16', 'luna128', 'luna256')
 PAPER_LENGTHS = (1024, 2048, 3072, 4096)
@@ -144,12 +150,34 @@ def compiled_flops(compiled) -> float | None:
   return float(cost['flops']) if cost and 'flops' in cost else None
 
 
+def host_memory_bytes() -> int:
+  """This machine's physical memory."""
+  return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
+
+def gib(num_bytes) -> str:
+  return f'{num_bytes / 2**30:.3g} GiB'
+
+
+# A spread of step times over the repeats ((max - min) / median) above this gets a warning.
+SPREAD_WARNING = 0.10
+
+
+def step_time_spread(times) -> dict:
+  """min / median / max of the timed steps and their spread, (max - min) / median."""
+  step_s = float(np.median(times))
+  return {'step_s': step_s, 'step_s_min': float(min(times)), 'step_s_max': float(max(times)),
+          'spread': (max(times) - min(times)) / step_s}
+
+
 def measure_point(config, *, warmup: int, repeats: int, fresh_process: bool,
-                  memory_only: bool = False) -> dict:
-  """Compile time, median step time, memory and FLOPs of config's training step.
+                  memory_only: bool = False, host_memory: int | None = None) -> dict:
+  """Compile time, median step time (with min and max), memory and FLOPs of config's step.
 
   memory_only: compile and read XLA's estimates without running a step, so a point far larger
   than this machine's memory (the Transformer at 4K and batch 32 on a CPU) still gets its figure.
+  host_memory: on a CPU, a point whose estimate exceeds it is not run (status 'skipped'), rather
+  than left to the kernel's OOM killer.
   """
   step, state, batch, dropout_key, num_params = build_step(config)
   start = time.perf_counter()
@@ -160,6 +188,11 @@ def measure_point(config, *, warmup: int, repeats: int, fresh_process: bool,
   if memory_only:
     return {'status': 'ok', **estimates, 'step_times_s': [], 'step_s': None,
             'steps_per_s': None, 'device_peak_bytes': None}
+  needed = estimates['estimated_bytes']
+  if (host_memory and needed and needed > host_memory
+      and jax.devices()[0].platform == 'cpu'):
+    return {'status': 'skipped', **estimates,
+            'reason': f'needs {gib(needed)}, host has {gib(host_memory)}'}
   for _ in range(warmup):
     state, _ = compiled(state, batch, dropout_key)
   jax.block_until_ready(state)
@@ -169,11 +202,12 @@ def measure_point(config, *, warmup: int, repeats: int, fresh_process: bool,
     state, metrics = compiled(state, batch, dropout_key)
     jax.block_until_ready((state, metrics))
     times.append(time.perf_counter() - start)
-  step_s = float(np.median(times))
+  spread = step_time_spread(times)
   # peak_bytes_in_use never resets: it belongs to this point only in a fresh process.
   device_stats = (jax.devices()[0].memory_stats() or {}) if fresh_process else {}
-  return {'status': 'ok', **estimates, 'step_times_s': times, 'step_s': step_s,
-          'steps_per_s': 1.0 / step_s, 'device_peak_bytes': device_stats.get('peak_bytes_in_use')}
+  return {'status': 'ok', **estimates, 'step_times_s': times, **spread,
+          'steps_per_s': 1.0 / spread['step_s'],
+          'device_peak_bytes': device_stats.get('peak_bytes_in_use')}
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -195,7 +229,8 @@ def profile_point(args, model_name: str, length: int, *, fresh_process: bool = F
   config = point_config(args.config, model_name, length, args.batch_size, args.dtype)
   try:
     result = measure_point(config, warmup=args.warmup, repeats=args.repeats,
-                           fresh_process=fresh_process, memory_only=args.memory_only)
+                           fresh_process=fresh_process, memory_only=args.memory_only,
+                           host_memory=int(args.host_memory_gib * 2**30))
   except Exception as error:  # Only out-of-memory is tolerated; see below.
     if not is_out_of_memory(error):
       raise
@@ -211,6 +246,7 @@ def profile_point_isolated(args, model_name: str, length: int) -> dict:
                '--models', model_name, '--lengths', str(length), '--config', args.config,
                '--batch_size', str(args.batch_size), '--dtype', args.dtype,
                '--warmup', str(args.warmup), '--repeats', str(args.repeats),
+               '--host_memory_gib', str(args.host_memory_gib),
                '--memory_only' if args.memory_only else '--no-memory_only']
     # The worker runs from the repository root; a plug-in module 'package.module:Class' may live
     # in this process's current directory.
@@ -254,10 +290,25 @@ def describe(point: dict) -> str:
   name = f'{point["model"]} @ {point["length"]}'
   if point['status'] == 'oom':
     return f'{name}: OOM'
-  return (f'{name}: {rate(point["steps_per_s"])} steps/s (compile {point["compile_s"]:.1f} s), '
-          f'memory estimate {mib(point["estimated_bytes"])} MiB, device peak '
-          f'{mib(point["device_peak_bytes"])} MiB, '
+  if point['status'] == 'skipped':
+    return f'{name}: skipped, {point["reason"]}'
+  line = (f'{name}: {rate(point["steps_per_s"])} steps/s{spread_words(point)} (compile '
+          f'{point["compile_s"]:.1f} s), memory estimate {mib(point["estimated_bytes"])} MiB, '
+          f'device peak {mib(point["device_peak_bytes"])} MiB, '
           f'{(point["flops_per_step"] or 0) / 1e9:.1f} GFLOP/step')
+  if (point.get('spread') or 0) > SPREAD_WARNING:
+    line += (f'\n  WARNING: step times spread {point["spread"]:.0%} over the repeats (over '
+             f'{SPREAD_WARNING:.0%}): the machine was busy; rerun on an idle one or with more '
+             '--repeats before quoting this speed.')
+  return line
+
+
+def spread_words(point: dict) -> str:
+  """' (min-max over N repeats, spread S%)' in steps/s, or '' where there is none."""
+  if point.get('step_s_min') is None:
+    return ''
+  return (f' (median; {rate(1 / point["step_s_max"])}-{rate(1 / point["step_s_min"])} over '
+          f'{len(point["step_times_s"])} repeats, spread {point["spread"]:.0%})')
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,14 +327,16 @@ MEMORY_LABELS = {'device_peak_bytes': "device peak_bytes_in_use",
 
 
 def relative_cell(index: dict, model_name: str, length: int, key: str):
-  """point[key] / Transformer's point[key] at that length; 'OOM', 'OOM baseline' or None."""
+  """point[key] / Transformer's point[key] at that length; 'OOM', 'skipped' (for host memory),
+  '... baseline' or None. A skipped point keeps its memory estimate, so memory still divides."""
   point, base = index.get((model_name, length)), index.get((BASELINE, length))
   if point is None or base is None:
     return None
-  if point['status'] == 'oom':
-    return 'OOM'
-  if base['status'] == 'oom':
-    return 'OOM baseline'
+  if (point['status'] != 'ok' or base['status'] != 'ok') and not (point.get(key)
+                                                                   and base.get(key)):
+    words = {'oom': 'OOM', 'skipped': 'skipped'}
+    return (words[point['status']] if point['status'] != 'ok'
+            else f'{words[base["status"]]} baseline')
   if not point.get(key) or not base.get(key):
     return None
   return point[key] / base[key]
@@ -320,23 +373,82 @@ def length_label(length: int) -> str:
   return f'{length // 1024}K' if length % 1024 == 0 else str(length)
 
 
-def fitted_slope(lengths, values) -> float | None:
-  """Slope of log(value) against log(length): 1 = linear, 2 = quadratic."""
-  if len(lengths) < 2:
+# Two lengths always fit a line exactly: a slope needs at least this many to mean anything.
+MIN_SLOPE_LENGTHS = 3
+
+
+def fitted_slope(lengths, values, log_errors=None) -> dict | None:
+  """Slope of log(value) against log(length) (1 = linear, 2 = quadratic) and its standard error:
+  the larger of the fit's (from its residuals) and the one the values' own errors give
+  (`log_errors`, per point, in log units: the repeats' spread of a timed step). None with fewer
+  than MIN_SLOPE_LENGTHS lengths."""
+  if len(lengths) < MIN_SLOPE_LENGTHS:
     return None
-  return float(np.polyfit(np.log(lengths), np.log(values), 1)[0])
+  x, y = np.log(lengths), np.log(values)
+  slope, intercept = np.polyfit(x, y, 1)
+  sxx = float(np.sum((x - x.mean())**2))
+  residuals = y - (slope * x + intercept)
+  fit_error = float(np.sqrt(np.sum(residuals**2) / (len(x) - 2) / sxx))
+  errors = np.zeros_like(x) if log_errors is None else np.asarray(log_errors, float)
+  value_error = float(np.sqrt(np.sum((x - x.mean())**2 * errors**2)) / sxx)
+  return {'slope': float(slope), 'stderr': max(fit_error, value_error),
+          'lengths': [int(n) for n in lengths]}
 
 
 def scaling_slopes(points, key: str) -> dict:
-  """model -> fitted log-log slope of `key` (1 / steps_per_s is the step time) over its points."""
+  """model -> fitted_slope of `key` (step_s: the step time, with its repeats' spread) over its
+  measured points; models with fewer than MIN_SLOPE_LENGTHS lengths are left out."""
   slopes = {}
   for name in dict.fromkeys(p['model'] for p in points):
-    measured = sorted((p['length'], p[key]) for p in points
-                      if p['model'] == name and p['status'] == 'ok' and p.get(key))
+    measured = sorted((p['length'], p[key], spread_log_error(p) if key == 'step_s' else 0.0)
+                      for p in points if p['model'] == name and p['status'] == 'ok'
+                      and p.get(key))
     if measured:
-      lengths, values = zip(*measured)
-      slopes[name] = fitted_slope(lengths, values)
+      lengths, values, log_errors = zip(*measured)
+      slope = fitted_slope(lengths, values, log_errors)
+      if slope is not None:
+        slopes[name] = slope
   return slopes
+
+
+def spread_log_error(point: dict) -> float:
+  """Half the range of the timed steps in log units: the point's own error for the fit."""
+  if point.get('step_s_min') and point.get('step_s_max'):
+    return float(np.log(point['step_s_max'] / point['step_s_min']) / 2)
+  return 0.0
+
+
+def format_slope(slope: dict | None) -> str:
+  """'1.06 ± 0.03': as many decimals as the error's first digit (at most 2), so no digit is
+  printed that the data does not support; '-' where there is no slope."""
+  if slope is None:
+    return f'- (needs {MIN_SLOPE_LENGTHS}+ lengths)'
+  error = slope['stderr']
+  decimals = 2 if error <= 0 else int(min(2, max(0, -np.floor(np.log10(error)))))
+  return f'{slope["slope"]:.{decimals}f} ± {error:.{decimals}f}'
+
+
+def noisy_points(points) -> list[dict]:
+  """Timed points whose step times spread more than SPREAD_WARNING over the repeats."""
+  return [p for p in points if (p.get('spread') or 0) > SPREAD_WARNING]
+
+
+def spread_note(points) -> str:
+  """What the speeds rest on: repeats per point, the widest spread, and the noisy points."""
+  timed = [p for p in points if p.get('spread') is not None]
+  if not timed:
+    return 'No step was timed.'
+  widest = max(p['spread'] for p in timed)
+  note = (f'Speeds are medians of the timed repeats; widest spread (max - min) / median: '
+          f'{widest:.0%}.')
+  noisy = noisy_points(points)
+  if noisy:
+    note += (f' WARNING: {len(noisy)} points spread over {SPREAD_WARNING:.0%} ('
+             + ', '.join(f'{p["model"]} @ {length_label(p["length"])} {p["spread"]:.0%}'
+                         for p in noisy)
+             + '): the machine was busy; rerun on an idle one or with more --repeats before '
+             'quoting their ratios.')
+  return note
 
 
 def absolute_note(results: dict) -> str:
@@ -346,7 +458,8 @@ def absolute_note(results: dict) -> str:
   for p in results['points']:
     if p['model'] == BASELINE:
       speed = '' if p.get('steps_per_s') is None else f'{rate(p["steps_per_s"])} steps/s, '
-      value = 'OOM' if p['status'] == 'oom' else f'{speed}{mib(p[memory])} MiB'
+      value = ('OOM' if p['status'] == 'oom' else f'skipped ({p["reason"]})'
+               if p['status'] == 'skipped' else f'{speed}{mib(p[memory])} MiB')
       parts.append(f'{length_label(p["length"])}: {value}')
   return (f'Transformer ({BASELINE}) absolute: ' + '; '.join(parts)) if parts else (
       f'No {BASELINE} points in this sweep: relative cells are empty.')
@@ -370,21 +483,28 @@ def markdown_table(results: dict) -> str:
            '| Model | ' + ' | '.join(headers) + ' |', '|---' * (len(headers) + 1) + '|']
   for label, cells in relative_rows(results):
     lines.append(f'| {label} | ' + ' | '.join(format_cell(c) for c in cells) + ' |')
-  lines += ['', absolute_note(results), '',
+  lines += ['', absolute_note(results), '', spread_note(results['points']), '',
             '## Fitted log-log slopes against length (1 = linear, 2 = quadratic)', '',
+            f'From {MIN_SLOPE_LENGTHS} or more lengths; ± its standard error (the fit\'s '
+            'residuals, or the repeats\' spread for step time, whichever is larger).', '',
             '| Model | step time | memory |', '|---|---|---|']
   time_slopes, memory_slopes = results['slopes']['step_s'], results['slopes']['memory']
   for name in results['models']:
-    lines.append(f'| {LABELS.get(name, name)} | {format_cell(time_slopes.get(name))} | '
-                 f'{format_cell(memory_slopes.get(name))} |')
+    lines.append(f'| {LABELS.get(name, name)} | {format_slope(time_slopes.get(name))} | '
+                 f'{format_slope(memory_slopes.get(name))} |')
   lines += ['', '## Every point', '',
-            '| Model | length | steps/s | compile s | GFLOP/step | estimate MiB | device peak MiB '
-            '| parameters |', '|---' * 8 + '|']
+            '| Model | length | steps/s (median) | min | max | spread | compile s | GFLOP/step '
+            '| estimate MiB | device peak MiB | parameters |', '|---' * 11 + '|']
   for p in results['points']:
-    if p['status'] == 'oom':
-      lines.append(f'| {p["model"]} | {p["length"]} | OOM | | | | | |')
+    if p['status'] != 'ok':
+      what = 'OOM' if p['status'] == 'oom' else f'skipped: {p["reason"]}'
+      lines.append(f'| {p["model"]} | {p["length"]} | {what} |' + ' |' * 8)
       continue
+    timed = p.get('step_s_min') is not None
     lines.append(f'| {p["model"]} | {p["length"]} | {rate(p["steps_per_s"])} | '
+                 f'{rate(1 / p["step_s_max"]) if timed else "-"} | '
+                 f'{rate(1 / p["step_s_min"]) if timed else "-"} | '
+                 f'{format(p["spread"], ".0%") if timed else "-"} | '
                  f'{p["compile_s"]:.1f} | {(p["flops_per_step"] or 0) / 1e9:.1f} | '
                  f'{mib(p["estimated_bytes"])} | {mib(p["device_peak_bytes"])} | '
                  f'{p["num_params"]} |')
@@ -429,7 +549,7 @@ def plot_scaling(results: dict, path: pathlib.Path) -> None:
       if not measured:
         continue
       slope = slopes.get(name)
-      label = LABELS.get(name, name) + (f' (slope {slope:.2f})' if slope is not None else '')
+      label = LABELS.get(name, name) + (f' (slope {format_slope(slope)})' if slope else '')
       ax.plot(*zip(*measured), marker='o', label=label)
     ax.set_xscale('log')
     ax.set_yscale('log')
@@ -463,18 +583,33 @@ def write_outputs(results: dict, out_dir: pathlib.Path) -> None:
 # ----------------------------------------------------------------------------------------------
 # Command line.
 # ----------------------------------------------------------------------------------------------
-def comma_list(cast):
-  return lambda text: [cast(part) for part in text.split(',') if part.strip()]
+def model_list(text: str) -> list[str]:
+  return [part.strip() for part in text.split(',') if part.strip()]
+
+
+def length_list(text: str) -> list[int]:
+  """'1024,2048' or '1K,2K' (K = 1024) -> [1024, 2048]."""
+  lengths = []
+  for part in filter(None, (part.strip() for part in text.split(','))):
+    number, kilo = (part[:-1], 1024) if part[-1] in 'kK' else (part, 1)
+    if not number.isdigit() or int(number) == 0:
+      raise argparse.ArgumentTypeError(
+          f'{part!r} in {text!r} is no sequence length; give positive token counts, e.g. '
+          '1024,2048 or 1K,2K (K = 1024).')
+    lengths.append(int(number) * kilo)
+  if not lengths:
+    raise argparse.ArgumentTypeError(f'{text!r} names no length; e.g. 1024,2048 or 1K,2K.')
+  return lengths
 
 
 def parse_args(argv):
   parser = argparse.ArgumentParser(prog='python -m lra_luna.profile', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--models', type=comma_list(str), default=None,
+  parser.add_argument('--models', type=model_list, default=None,
                       help='comma-separated models (default: Transformers, Luna, baselines) and '
                       "attention plug-ins 'path/to/file.py:Class' (lra_luna/models/plugins.py)")
-  parser.add_argument('--lengths', type=comma_list(int), default=[1024, 2048, 3072, 4096],
-                      help='comma-separated sequence lengths')
+  parser.add_argument('--lengths', type=length_list, default=[1024, 2048, 3072, 4096],
+                      help='comma-separated sequence lengths, tokens: 1024,2048 or 1K,2K')
   parser.add_argument('--batch_size', type=int, default=32)
   parser.add_argument('--config', default=str(TEXT_CONFIG),
                       help='configs/<task>.py[:arg] (default: the Text task)')
@@ -486,6 +621,9 @@ def parse_args(argv):
                       help='compile and report memory and FLOPs without timing any step')
   parser.add_argument('--isolate', action=argparse.BooleanOptionalAction, default=None,
                       help='each point in a fresh process (default: on GPU only)')
+  parser.add_argument('--host_memory_gib', type=float, default=host_memory_bytes() / 2**30,
+                      help="on a CPU, points whose memory estimate exceeds this are skipped "
+                      "(default: this machine's physical memory)")
   parser.add_argument('--point_output', default=None, help=argparse.SUPPRESS)  # worker mode
   args = parser.parse_args(argv)
   args.models = args.models or default_models()
@@ -502,6 +640,10 @@ def parse_args(argv):
   except (ValueError, FileNotFoundError) as e:
     parser.error(str(e))
   # Absolute, so that worker processes (run from the repository root) find it.
+  try:
+    args.config = config_lib.resolved_spec(args.config)
+  except ValueError as e:
+    parser.error(str(e))
   path, sep, arg = args.config.partition(':')
   args.config = str(pathlib.Path(path).resolve()) + sep + arg
   return args
@@ -522,7 +664,7 @@ def main(argv=None) -> dict | None:
              'batch_size': args.batch_size, 'dtype': args.dtype,
              'models': [plugins.label(name) for name in args.models],
              'lengths': args.lengths, 'repeats': args.repeats, 'warmup': args.warmup,
-             'memory_only': args.memory_only,
+             'memory_only': args.memory_only, 'host_memory_gib': args.host_memory_gib,
              'isolated': isolate, 'points': []}
   out_dir = pathlib.Path(args.out_dir)
   print(setting_line(results), flush=True)
@@ -533,6 +675,8 @@ def main(argv=None) -> dict | None:
       results['points'].append(point)
       print(describe(point), flush=True)
       write_outputs(results, out_dir)  # After every point, so an interrupted sweep keeps its data.
+  if noisy_points(results['points']):
+    print(spread_note(results['points']), flush=True)
   print(f'Wrote profile.json, table2.md, table2.tex and scaling.png to {out_dir}.')
   return results
 

@@ -20,17 +20,26 @@ Fields read per point (the file is a list of points, or {'points': [...]} as lra
 writes): 'model', 'length'; speed 'steps_per_sec' or 'steps_per_s'; memory, the first of
 'memory_bytes', 'device_peak_bytes', 'estimated_bytes' that every measured point has (none: one
 circle size); a point with 'oom': true or a 'status' other than 'ok' is not measured. Others are
-ignored. Without --profile: x = the median logged training steps/s of the runs behind y
-(metrics.jsonl; a vmapped run logs the speed of all its seeds together), all circles one size.
+ignored. A profile of another task than y's is plotted with the mismatch stated in the title
+(and on stderr). Without --profile: x = one speed per model, the median logged training steps/s
+over all its runs behind y, every head and seed (metrics.jsonl; training-time speed, under
+whatever load the machine had; a vmapped run logs the speed of all its seeds together), all
+circles one size. Labels are moved apart where they would overlap.
+
+Every caption (and the figure's title where any run was shortened) says how many steps the runs
+trained against their protocol's steps and marks SHORTENED runs; CSV rows carry the same fields
+(training_record: protocol, steps, protocol_steps, shortened, overrides).
 """
 
 import argparse
 import csv
 import dataclasses
+import functools
 import json
 import pathlib
 import statistics
 import sys
+import textwrap
 
 from lra_luna import config_lib
 from lra_luna import published
@@ -80,6 +89,95 @@ def accuracy_of(result: dict, checkpoint: str) -> float:
   if checkpoint not in result:
     raise ValueError(f"{result['workdir']} has no '{checkpoint}' section in its results.json.")
   return 100.0 * result[checkpoint]['test_accuracy']
+
+
+# Fields that do not change how a run trains (where it runs, which seed, filled in from the
+# data), so they are never reported as overrides of its protocol.
+NOT_PROTOCOL_FIELDS = ('seed', 'data_dir', 'tfds_data_dir', 'progress_bar', 'model.head',
+                       'model.attention', 'model.vocab_size', 'model.num_classes',
+                       'model.max_length')
+
+
+def flat_fields(config: dict, prefix: str = '') -> dict:
+  """{'model.dim': 64, ...}: the leaves of a config loaded from JSON."""
+  flat = {}
+  for key, value in config.items():
+    if isinstance(value, dict) and value:
+      flat.update(flat_fields(value, f'{prefix}{key}.'))
+    else:
+      flat[f'{prefix}{key}'] = value
+  return flat
+
+
+@functools.cache
+def preset_fields(task: str, arg: str) -> dict | None:
+  """The flat fields of configs/<task>.py:<arg> as written to config.json; None if that preset
+  does not exist (e.g. a protocol the config file does not know)."""
+  try:
+    config = config_lib.load_config(f'{config_lib.CONFIG_DIR / task}.py:{arg}')
+  except ValueError:
+    return None
+  return flat_fields(json.loads(config.to_json()))
+
+
+def training_record(result: dict) -> dict:
+  """How one run trained against its protocol: {'protocol', 'steps', 'protocol_steps',
+  'shortened', 'overrides'} ('protocol_steps' and 'shortened' None when unknown).
+
+  The protocol is config.json's `protocol` ('lra' when absent); its steps are the
+  num_train_steps of the task config's preset before overrides (configs/<task>.py:<model>, or
+  its ',quick' variant, whichever the run's config is closer to); 'overrides' lists the fields
+  where the run's config.json differs from that preset ('key=value', NOT_PROTOCOL_FIELDS left
+  out), so a `sweep --override num_train_steps=300` shows as shortened with its override.
+  """
+  steps = result.get('steps')
+  record = {'protocol': 'lra', 'steps': steps, 'protocol_steps': None, 'shortened': None,
+            'overrides': None}
+  config_path = pathlib.Path(result['workdir']) / run_folder.CONFIG_FILE
+  if not config_path.is_file():
+    return record  # Not recorded: the report says so rather than guess.
+  config = flat_fields(json.loads(config_path.read_text()))
+  protocol = config.get('protocol') or 'lra'
+  record['protocol'] = protocol
+  model = config.get('model_name') or result['model']
+  arguments = [model, f'{model},quick']
+  if protocol != 'lra':
+    arguments = [f'{a},{protocol}' for a in arguments] + arguments
+  best = None
+  for argument in arguments:
+    preset = preset_fields(result['task'], argument)
+    if preset is None or (preset.get('protocol') or 'lra') != protocol:
+      continue
+    differing = sorted(k for k in set(preset) | set(config)
+                       if k not in NOT_PROTOCOL_FIELDS and preset.get(k) != config.get(k))
+    if best is None or len(differing) < len(best[1]):
+      best = (preset, differing)
+  if best is None:
+    return record
+  preset, differing = best
+  record['protocol_steps'] = preset['num_train_steps']
+  record['steps'] = steps = config.get('num_train_steps', steps)
+  record['shortened'] = steps is not None and steps < preset['num_train_steps']
+  record['overrides'] = [f'{k}={json.dumps(config.get(k))}' for k in differing]
+  return record
+
+
+def describe_training(records: list[dict]) -> str:
+  """One phrase for the runs of a table row (or any group of runs): steps trained of the
+  protocol's steps, SHORTENED where fewer, and the overrides of the protocol."""
+  phrases = []
+  for record in dict.fromkeys(json.dumps(r, sort_keys=True) for r in records):
+    record = json.loads(record)
+    if record['protocol_steps'] is None:
+      phrases.append(f'{record["steps"]} steps ({record["protocol"]}), protocol steps unknown')
+      continue
+    text = f'{record["steps"]}/{record["protocol_steps"]} steps ({record["protocol"]})'
+    if record['shortened']:
+      text += ' SHORTENED'
+    if record['overrides']:
+      text += '; overrides: ' + ' '.join(record['overrides'])
+    phrases.append(text)
+  return ' | '.join(phrases)
 
 
 def describe_data(data: dict | None) -> tuple[tuple, str]:
@@ -160,6 +258,7 @@ class Row:
   source: str          # 'ours' or 'paper, table'
   values: dict         # column key -> Cell
   group: int           # rows of one group sit together between rules
+  training: list | None = None  # ours: training_record of each run behind the row
 
 
 @dataclasses.dataclass
@@ -180,7 +279,35 @@ def published_row(entry: published.PublishedRow, group: int, columns) -> Row:
   return Row(entry.label, entry.head or '', f'{entry.paper}, {entry.table}', values, group)
 
 
-def table1(summary: dict, checkpoint: str) -> Table:
+def training_records(results: list[dict], tasks) -> dict:
+  """{(model, head): [training_record of each of its runs on `tasks`]}."""
+  records = {}
+  for r in results:
+    if r['task'] in tasks:
+      records.setdefault((r['model'], r['head']), []).append(training_record(r))
+  return records
+
+
+def training_title(rows: list[Row]) -> str:
+  """The caption's sentence on training length: every table says it, shortened or not."""
+  ours = [r for r in rows if r.training is not None]
+  shortened = [r for r in ours if any(t['shortened'] for t in r.training)]
+  unknown = [r for r in ours if any(t['protocol_steps'] is None for t in r.training)]
+  records = [t for r in ours for t in r.training]
+  text = (' Ours trained (steps / the protocol\'s steps, its config before overrides; per row '
+          f'in the Training column): {describe_training(records) or MISSING}.')
+  if shortened:
+    text += (f' SHORTENED: {len(shortened)} of our {len(ours)} rows trained fewer steps than '
+             'their protocol; they are not comparable with full runs or the papers\' rows.')
+  elif ours and not unknown:
+    text += ' Every row of ours trained its protocol\'s full steps.'
+  if unknown:
+    text += (f' {len(unknown)} rows have runs whose protocol steps are unknown (no config.json, '
+             'or no preset of their protocol in configs/).')
+  return text
+
+
+def table1(summary: dict, checkpoint: str, training: dict | None = None) -> Table:
   tasks = list(published.TASKS)
   if any('pathx' in cells for cells in summary.values()):
     tasks.append('pathx')  # Shown when run; not in the averages, as in the papers.
@@ -191,15 +318,16 @@ def table1(summary: dict, checkpoint: str) -> Table:
   for group, (model, head) in enumerate(sorted(summary, key=row_order)):
     cells = summary[(model, head)]
     rows.append(Row(model, head, 'ours', {**cells, AVG: average(cells, published.TASKS),
-                                          AVG_NO_RETRIEVAL: average(cells, no_retrieval)}, group))
+                                          AVG_NO_RETRIEVAL: average(cells, no_retrieval)}, group,
+                    (training or {}).get((model, head), [])))
     rows += [published_row(p, group, columns)
              for p in published.matching(published.TABLE1, model, head)]
   title = (f'Table 1: LRA test accuracy (%), {CHECKPOINTS[checkpoint]}; ours: mean ± sample std '
            'over seeds (n seeds); averages over tasks of the task means.')
-  return Table('table1', title, columns, rows)
+  return Table('table1', title + training_title(rows), columns, rows)
 
 
-def table3(summary: dict, checkpoint: str) -> Table:
+def table3(summary: dict, checkpoint: str, training: dict | None = None) -> Table:
   tasks = published.CLS_VS_P_TASKS
   columns = [(t, TASK_NAMES[t]) for t in tasks] + [(AVG, 'Avg.')]
   luna_models = sorted({m for m, _ in summary if config_lib.MODELS.get(m, ('',))[0] == 'luna'},
@@ -208,12 +336,13 @@ def table3(summary: dict, checkpoint: str) -> Table:
   for group, model in enumerate(luna_models):
     for head in ('cls', 'mean_p'):
       cells = {t: c for t, c in summary.get((model, head), {}).items() if t in tasks}
-      rows.append(Row(model, head, 'ours', {**cells, AVG: average(cells, tasks)}, group))
+      rows.append(Row(model, head, 'ours', {**cells, AVG: average(cells, tasks)}, group,
+                      (training or {}).get((model, head), [])))
     rows += [published_row(p, group, columns)
              for p in published.TABLE3 if p.model == model]
   title = (f'Table 3: [CLS] (cls) vs mean-pooled P (mean_p), test accuracy (%), '
            f'{CHECKPOINTS[checkpoint]}; ours: mean ± sample std over seeds (n seeds).')
-  return Table('table3', title, columns, rows)
+  return Table('table3', title + training_title(rows), columns, rows)
 
 
 def format_cell(cell: Cell | None, plus_minus: str) -> str:
@@ -227,13 +356,18 @@ def format_cell(cell: Cell | None, plus_minus: str) -> str:
   return text
 
 
+def training_cell(row: Row) -> str:
+  return '' if row.training is None else describe_training(row.training) or MISSING
+
+
 def to_markdown(table: Table) -> str:
-  header = ['Model', 'Head', 'Source'] + [h for _, h in table.columns]
+  header = ['Model', 'Head', 'Source'] + [h for _, h in table.columns] + ['Training']
   lines = [table.title, '', '| ' + ' | '.join(header) + ' |',
-           '|' + '---|' * 3 + '---:|' * len(table.columns)]
+           '|' + '---|' * 3 + '---:|' * len(table.columns) + '---|']
   for row in table.rows:
     cells = [format_cell(row.values.get(k), '±') for k, _ in table.columns]
-    lines.append('| ' + ' | '.join([row.label, row.head, row.source] + cells) + ' |')
+    lines.append('| ' + ' | '.join([row.label, row.head, row.source] + cells
+                                   + [training_cell(row)]) + ' |')
   lines += ['', *table.notes] if table.notes else []
   return '\n'.join(lines) + '\n'
 
@@ -244,11 +378,11 @@ def latex_escape(text: str) -> str:
 
 
 def to_latex(table: Table) -> str:
-  header = ['Model', 'Head', 'Source'] + [h for _, h in table.columns]
+  header = ['Model', 'Head', 'Source'] + [h for _, h in table.columns] + ['Training']
   lines = [r'\begin{table}', r'\centering', r'\small',
            r'\caption{' + latex_escape(table.title).replace('±', r'$\pm$') + '}',
            r'\label{tab:' + table.name + '}',
-           r'\begin{tabular}{lll' + 'r' * len(table.columns) + '}', r'\toprule',
+           r'\begin{tabular}{lll' + 'r' * len(table.columns) + 'l}', r'\toprule',
            ' & '.join(latex_escape(h) for h in header) + r' \\', r'\midrule']
   for i, row in enumerate(table.rows):
     if i and row.group != table.rows[i - 1].group:
@@ -256,16 +390,20 @@ def to_latex(table: Table) -> str:
     cells = [format_cell(row.values.get(k), r'$\pm$').replace(MISSING, '--')
              for k, _ in table.columns]
     lines.append(' & '.join([latex_escape(row.label), latex_escape(row.head),
-                             latex_escape(row.source)] + cells) + r' \\')
+                             latex_escape(row.source)] + cells
+                            + [latex_escape(training_cell(row))]) + r' \\')
   lines += [r'\bottomrule', r'\end{tabular}', r'\end{table}']
   return '\n'.join(lines) + '\n'
 
 
 def write_csv(table: Table, checkpoint: str, path: pathlib.Path) -> None:
-  """One row per table row; per column its mean, std and n (empty where missing)."""
+  """One row per table row; per column its mean, std and n (empty where missing); for ours,
+  how it trained (training_record's fields; ' | ' between differing runs of one row)."""
   fields = ['model', 'head', 'source', 'checkpoint']
   for key, _ in table.columns:
     fields += [f'{key}_mean', f'{key}_std', f'{key}_n']
+  training_fields = ['protocol', 'steps', 'protocol_steps', 'shortened', 'overrides']
+  fields += training_fields
   with path.open('w', newline='') as f:
     writer = csv.writer(f)
     writer.writerow(fields)
@@ -276,6 +414,11 @@ def write_csv(table: Table, checkpoint: str, path: pathlib.Path) -> None:
         line += ['', '', ''] if cell is None else [
             f'{cell.mean:.4f}', '' if cell.std is None else f'{cell.std:.4f}',
             '' if cell.n is None else cell.n]
+      for name in training_fields:
+        values = [t[name] for t in row.training or []]
+        values = [' '.join(v) if isinstance(v, list) else '' if v is None else str(v)
+                  for v in values]
+        line.append(' | '.join(dict.fromkeys(values)))
       writer.writerow(line)
 
 
@@ -349,55 +492,121 @@ def logged_speed(result: dict) -> float | None:
   return statistics.median(speeds[1:] or speeds) if speeds else None
 
 
-def write_figure(summary: dict, results: list[dict], profile: dict | list | None,
-                 checkpoint: str, out_dir: pathlib.Path) -> list[pathlib.Path]:
-  """figure1.png and .pdf; `profile` is the loaded profile JSON or None."""
+def model_speeds(results: list[dict], models, task: str | None) -> dict:
+  """{model: one training steps/s}: the median logged speed over all of the model's runs (every
+  head and seed; of `task`, or of every task when None), so that one model sits at one x."""
+  speeds = {}
+  for model in models:
+    logged = [logged_speed(r) for r in results
+              if r['model'] == model and (task is None or r['task'] == task)]
+    logged = [s for s in logged if s is not None]
+    if logged:
+      speeds[model] = statistics.median(logged)
+  return speeds
+
+
+def profile_mismatch(profile: dict | list, y_task: str | None) -> str | None:
+  """A sentence when the profile measured another task than the accuracy's, else None."""
+  task = profile.get('task') if isinstance(profile, dict) else None
+  if task is None:
+    return 'the profile does not say its task: speed may be of another task than the accuracy'
+  if task != y_task:
+    accuracy = TASK_NAMES[y_task] if y_task else 'the average over tasks'
+    return (f'task mismatch: speed and memory from a {TASK_NAMES.get(task, task)} profile, '
+            f'accuracy of {accuracy}')
+  return None
+
+
+# Label offsets (points) tried in turn, the first that overlaps no earlier label wins.
+LABEL_OFFSETS = [(dx, dy) for dy in (8, -16, 22, -30, 36, -44) for dx in (8, -8)]
+
+
+def place_labels(fig, ax, labels) -> list:
+  """Annotations of (text, x, y) that do not overlap each other nor leave the figure (the first
+  free offset)."""
+  renderer = fig.canvas.get_renderer()
+  placed, boxes = [], []
+  for text, x, y in labels:
+    for dx, dy in LABEL_OFFSETS:
+      annotation = ax.annotate(text, (x, y), textcoords='offset points', xytext=(dx, dy),
+                               fontsize=8, ha='left' if dx > 0 else 'right')
+      box = annotation.get_window_extent(renderer)
+      inside = fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1
+      free = inside and not any(box.overlaps(other) for other in boxes)
+      if free or (dx, dy) == LABEL_OFFSETS[-1]:
+        break
+      annotation.remove()
+    placed.append(annotation)
+    boxes.append(box)
+  return placed
+
+
+def figure1(summary: dict, results: list[dict], profile: dict | list | None, checkpoint: str):
+  """Figure 1 as a matplotlib figure; `profile` is the loaded profile JSON or None."""
   import matplotlib
   matplotlib.use('Agg')  # Files only, no display.
   from matplotlib import pyplot as plt
 
   y_label, y_task, accuracy = figure_accuracy(summary)
   points = {}  # (model, head) -> (x, y, memory or None)
-  memory_key = None
+  memory_key, notes = None, []
   if profile is not None:
     profile_points, memory_key = measured_points(profile)
     x_label, speeds = profile_speeds(profile_points, {m for m, _ in accuracy})
     for (model, head), y in accuracy.items():
       if model in speeds:
         points[(model, head)] = (speeds[model][0], y, speeds[model][1])
+    mismatch = profile_mismatch(profile, y_task)
+    if mismatch:
+      notes.append(mismatch.upper())
+      print(f'Figure 1: {mismatch}.', file=sys.stderr)
   else:
-    x_label = 'training steps/s (median logged; no profile given)'
-    for key, y in accuracy.items():
-      speeds = [logged_speed(r) for r in results if (r['model'], r['head']) == key
-                and (y_task is None or r['task'] == y_task)]
-      speeds = [s for s in speeds if s is not None]
-      if speeds:
-        points[key] = (statistics.median(speeds), y, None)
+    x_label = ('training steps/s: median logged over all runs of each model (no --profile; '
+               'speed under the load of training time)')
+    speeds = model_speeds(results, {m for m, _ in accuracy}, y_task)
+    points = {(model, head): (speeds[model], y, None)
+              for (model, head), y in accuracy.items() if model in speeds}
   left_out = sorted(set(accuracy) - set(points), key=row_order)
   if left_out:
     print(f'Figure 1 leaves out (no speed measured): {left_out}', file=sys.stderr)
+  plotted = [training_record(r) for r in results if (r['model'], r['head']) in points
+             and (y_task is None or r['task'] == y_task)]
+  if any(t['shortened'] for t in plotted):
+    notes.append('Training: ' + describe_training(
+        [{**t, 'overrides': None} for t in plotted]))
 
   fig, ax = plt.subplots(figsize=(6, 4.5))
   memories = [m for _, _, m in points.values() if m]
   biggest = max(memories) if memories else None
   several_heads = {m for m, _ in points if sum(mm == m for mm, _ in points) > 1}
+  labels = []
   for (model, head), (x, y, memory) in sorted(points.items(), key=lambda kv: row_order(kv[0])):
     area = 2000.0 * memory / biggest if memory and biggest else 200.0  # area ∝ memory
     ax.scatter([x], [y], s=area, alpha=0.5, edgecolors='black')
     label = f'{model} [{head}]' if model in several_heads else model
     if memory:
       label += f'\n{memory / 2**30:.2f} GiB'
-    ax.annotate(label, (x, y), textcoords='offset points', xytext=(8, 8), fontsize=8)
+    labels.append((label, x, y))
   if not points:
     ax.text(0.5, 0.5, 'no points: no speed measured for any model', ha='center',
             transform=ax.transAxes)
-  ax.set_xlabel(x_label)
+  ax.set_xlabel(textwrap.fill(x_label, 80), fontsize=8 if profile is None else None)
   ax.set_ylabel(y_label)
   size_note = (f'circle area ∝ {MEMORY_KEYS[memory_key]}' if memories and memory_key
                else 'no memory measured')
-  ax.set_title(f'Figure 1: accuracy ({checkpoint} checkpoint) vs speed; {size_note}', fontsize=9)
+  ax.set_title('\n'.join([f'Figure 1: accuracy ({checkpoint} checkpoint) vs speed; {size_note}',
+                          *(textwrap.fill(n, 90) for n in notes)]), fontsize=8)
   ax.margins(0.2)
   fig.tight_layout()
+  place_labels(fig, ax, labels)  # After the layout, which moves the points.
+  return fig
+
+
+def write_figure(summary: dict, results: list[dict], profile: dict | list | None,
+                 checkpoint: str, out_dir: pathlib.Path) -> list[pathlib.Path]:
+  """figure1.png and .pdf; `profile` is the loaded profile JSON or None."""
+  from matplotlib import pyplot as plt
+  fig = figure1(summary, results, profile, checkpoint)
   paths = [out_dir / 'figure1.png', out_dir / 'figure1.pdf']
   for path in paths:
     fig.savefig(path, dpi=150)
@@ -408,10 +617,26 @@ def write_figure(summary: dict, results: list[dict], profile: dict | list | None
 # ----------------------------------------------------------------------------------------------
 # Command line.
 # ----------------------------------------------------------------------------------------------
+def load_profile(path) -> dict | list:
+  """The profile JSON for --profile; one line naming the flag, that it is optional and the
+  command that makes the file, when it is missing or unreadable."""
+  path = pathlib.Path(path)
+  make = (f'python -m lra_luna.profile --out_dir {path.parent} (README, "Efficiency profiler") '
+          'makes it')
+  if not path.is_file():
+    raise FileNotFoundError(f'--profile {path}: no such file. --profile is optional (without it '
+                            f'Figure 1 uses the runs\' logged training speed); {make}.')
+  try:
+    return json.loads(path.read_text())
+  except ValueError as e:
+    raise ValueError(f'--profile {path}: not valid JSON ({e}); {make}.') from None
+
+
 def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None) -> list:
   """Writes the tables and the figure; returns the paths written."""
   if checkpoint not in CHECKPOINTS:
     raise ValueError(f'checkpoint = {checkpoint!r}; valid choices: {list(CHECKPOINTS)}.')
+  profile = load_profile(profile) if profile else None  # Before any work: a typo fails fast.
   results = load_results(sweep_dir)
   if not results:
     raise FileNotFoundError(f'No {run_folder.RESULTS_FILE} under {sweep_dir}.')
@@ -420,11 +645,12 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None)
   summary = summarize(results, checkpoint)
   sources = data_sources(results)
   paths = []
-  for table in (table1(summary, checkpoint), table3(summary, checkpoint)):
+  tables = (table1(summary, checkpoint, training_records(results, TASK_NAMES)),
+            table3(summary, checkpoint, training_records(results, published.CLS_VS_P_TASKS)))
+  for table in tables:
     tasks = [key for key, _ in table.columns if key in sources]
     table.notes = ['Data: ' + '; '.join(f'{TASK_NAMES[t]}: {sources[t]}' for t in tasks) + '.']
     paths += write_table(table, checkpoint, out_dir)
-  profile = json.loads(pathlib.Path(profile).read_text()) if profile else None
   paths += write_figure(summary, results, profile, checkpoint, out_dir)
   return paths
 

@@ -184,9 +184,10 @@ def make_config(data_dir, max_length=64):
   return config
 
 
-def test_load_generates_then_uses_cache(tmp_path, monkeypatch):
+def test_load_generates_then_uses_cache(tmp_path, monkeypatch, capsys):
   config = make_config(tmp_path)
   data = listops.load_listops(config)
+  assert f'ListOps: data generated now in {tmp_path / "listops-quick"}.' in capsys.readouterr().out
   folder = tmp_path / 'listops-quick'
   assert sorted(p.name for p in folder.iterdir()) == sorted(FILES + ('cache_len64.npz', 'generated.json'))
   assert (data.vocab_size, data.num_classes, data.max_length) == (16, 10, 64)
@@ -205,6 +206,9 @@ def test_load_generates_then_uses_cache(tmp_path, monkeypatch):
   with monkeypatch.context() as patch:
     patch.setattr(listops, 'read_listops_tsv', no_reading)
     cached = listops.load_listops(config)
+  output = capsys.readouterr().out
+  assert 'generating' not in output and 'generated now' not in output
+  assert f'ListOps: read previously generated data from {tmp_path / "listops-quick"}.' in output
   for split in data.splits:
     for name in ('inputs', 'targets'):
       np.testing.assert_array_equal(cached.splits[split][name], data.splits[split][name])

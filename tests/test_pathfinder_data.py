@@ -332,9 +332,12 @@ def test_skip_bad_images_drops_an_empty_png_and_reports_it(tmp_path, caplog):
   assert sum(len(s['targets']) for s in data.splits.values()) == 19
 
 
-def test_loader_generates_when_missing_if_allowed(tmp_path):
-  data = pathfinder.load_pathfinder(make_config(tmp_path, generate_if_missing=True,
-                                                num_images=40, seed=0))
+def test_loader_generates_when_missing_if_allowed(tmp_path, capsys):
+  config = make_config(tmp_path, generate_if_missing=True, num_images=40, seed=0)
+  data = pathfinder.load_pathfinder(config)
+  assert 'Pathfinder: data generated now in' in capsys.readouterr().out
+  pathfinder.load_pathfinder(config)  # Read again, not generated: it says so.
+  assert 'Pathfinder: read previously generated data from' in capsys.readouterr().out
   assert [len(data.splits[s]['targets']) for s in ('train', 'validation', 'test')] == [32, 4, 4]
   assert data.splits['train']['inputs'].shape == (32, 1024)
   # Generated sets live under dataset_name, never where the release keeps pathfinder32/.

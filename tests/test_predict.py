@@ -197,3 +197,43 @@ def test_pathfinder_png_is_read_as_the_reader_does(tmp_path):
 def test_listops_token_ids_are_the_readers():
   assert listops.token_ids('( ( [MAX 2 ) 9 ) ] )') == listops.token_ids('[MAX 2 9 ]') == [
       listops.TOKEN_IDS[t] for t in ('[MAX', '2', '9', ']')]
+
+
+def test_too_long_empty_or_unbalanced_input_is_refused_and_cut_only_where_training_cut(capsys):
+  config = task_config('listops', max_length=7)
+  assert predict.encode_inputs(config, ['[MAX 2 9 [MIN 4 ] ]'])['inputs'].shape == (1, 7)
+  with pytest.raises(ValueError, match=r"has 9 tokens, 2 more than this model's max_length 7"):
+    predict.encode_inputs(config, ['[MAX 2 9 [MIN 4 7 0 ] ]'])
+  for empty in ('', '( )'):
+    with pytest.raises(ValueError, match='is empty'):
+      predict.encode_inputs(config, [empty])
+  with pytest.raises(ValueError, match=r'brackets do not match \(1 operator'):
+    predict.encode_inputs(config, ['[MAX 2 9'])
+  with pytest.raises(ValueError, match=r'brackets do not match \(a \] closes nothing'):
+    predict.encode_inputs(config, ['2 ] [MAX 9 ]'])
+  # Text: refused when its config refuses cut reviews, cut with a note where training cut them.
+  with pytest.raises(ValueError, match="Text input 'abcdef' has 6 tokens, 2 more"):
+    predict.encode_inputs(task_config('text', max_length=4), ['abcdef'])
+  with pytest.raises(ValueError, match='is empty'):
+    predict.encode_inputs(task_config('text', max_length=4), [''])
+  cut = task_config('text', max_length=4, max_truncated_fraction=1.0)
+  np.testing.assert_array_equal(predict.encode_inputs(cut, ['abcdef'])['inputs'],
+                                text.encode_bytes([b'abcd'], 4))
+  assert "cut to the model's max_length 4" in capsys.readouterr().err
+  with pytest.raises(ValueError, match="Retrieval text '' is empty"):
+    predict.encode_inputs(task_config('retrieval', max_length=4), [('abc', '')])
+
+
+def test_a_missing_folder_or_a_sweep_root_is_named_as_such(run, tmp_path, capsys):
+  _, workdir, _ = run
+  missing = tmp_path / 'nope'
+  assert f'{missing}: no such folder' in one_line_error(evaluate.main, [str(missing)], capsys)
+  sweep = tmp_path / 'sweep'
+  for seed in (0, 1):
+    folder = sweep / 'listops' / 'transformer' / 'cls' / f'seed{seed}'
+    folder.mkdir(parents=True)
+    (folder / 'config.json').write_text((workdir / 'config.json').read_text())
+  for main, extra in ((evaluate.main, []), (predict.main, ['[MAX 1 ]'])):
+    error = one_line_error(main, [str(sweep), *extra], capsys)
+    assert f'{sweep} holds no run itself but 2 run folder(s) below it' in error
+    assert f'{sweep}/listops/transformer/cls/seed0, {sweep}/listops/transformer/cls/seed1' in error

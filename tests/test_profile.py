@@ -4,7 +4,10 @@ the memory scaling of Luna against the Transformer."""
 import json
 import subprocess
 
+import argparse
+
 import jax
+import numpy as np
 import pytest
 
 from lra_luna import profile
@@ -77,9 +80,15 @@ def test_profiler_runs_end_to_end_and_writes_every_output(sweep):
     assert point['compile_s'] > 0 and point['flops_per_step'] > 0
     assert point['estimated_bytes'] > 0 and point['num_params'] > 0
     assert point['device_peak_bytes'] is None  # CPU has no device memory stats.
-  assert saved['slopes']['step_s']['transformer'] is not None
+    # min <= median <= max of the timed steps, and their spread.
+    assert point['step_s_min'] <= point['step_s'] <= point['step_s_max']
+    assert point['spread'] == pytest.approx(
+        (point['step_s_max'] - point['step_s_min']) / point['step_s'])
+  # Two lengths fit any line exactly: no slope is printed from them.
+  assert saved['slopes'] == {'step_s': {}, 'memory': {}}
   table = (out_dir / 'table2.md').read_text()
   assert '| Transformer | 1.00 | 1.00 | 1.00 | 1.00 |' in table
+  assert '| Transformer | - (needs 3+ lengths) | - (needs 3+ lengths) |' in table
 
 
 def test_memory_only_compiles_without_running_and_gives_the_same_estimates(sweep, tiny_config,
@@ -166,7 +175,9 @@ def test_relative_table_divides_by_the_transformer_at_the_same_length(tmp_path):
       tmp_path / 'table2.tex').read_text()
   # Step time 1/3, 1/2, 1 s at 1K, 2K, 3K: the fitted slope of log time on log length.
   slope = json.loads((tmp_path / 'profile.json').read_text())['slopes']['step_s']['luna16']
-  assert slope == pytest.approx(profile.fitted_slope([1024, 2048, 3072], [1 / 3, 1 / 2, 1]))
+  x, y = np.log([1024, 2048, 3072]), np.log([1 / 3, 1 / 2, 1])
+  assert slope['slope'] == pytest.approx(np.polyfit(x, y, 1)[0])
+  assert slope['lengths'] == [1024, 2048, 3072]
 
 
 def test_device_peak_is_compared_when_every_point_has_it():
@@ -191,3 +202,77 @@ def test_luna_memory_grows_linearly_and_the_transformers_faster(tiny_config):
   transformer = {n: estimated_bytes(tiny_config, 'transformer', n) for n in (1024, 2048)}
   assert 1.7 < luna[2048] / luna[1024] < 2.5  # Linear: 2; quadratic: 4.
   assert transformer[2048] / transformer[1024] > 3.0
+
+
+def test_spread_over_repeats_is_reported_and_warned_about_above_ten_percent(tmp_path):
+  spread = profile.step_time_spread([1.0, 1.3, 1.1])
+  assert spread == {'step_s': 1.1, 'step_s_min': 1.0, 'step_s_max': 1.3,
+                    'spread': pytest.approx(0.3 / 1.1)}
+  noisy = {**fabricated_point('luna16', 1024, 1 / 1.1, 500), **spread,
+           'step_times_s': [1.0, 1.3, 1.1]}
+  steady = {**fabricated_point('transformer', 1024, 1.0, 1000),
+            **profile.step_time_spread([1.0, 1.02, 0.99]), 'step_times_s': [1.0, 1.02, 0.99]}
+  assert 'WARNING: step times spread 27%' in profile.describe(noisy)
+  assert '0.769-1 over 3 repeats' in profile.describe(noisy)
+  assert 'WARNING' not in profile.describe(steady)
+  profile.write_outputs(fabricated_results([steady, noisy], ['transformer', 'luna16']), tmp_path)
+  table = (tmp_path / 'table2.md').read_text()
+  assert 'WARNING: 1 points spread over 10% (luna16 @ 1K 27%)' in table
+  assert '| luna16 | 1024 | 0.909 | 0.769 | 1 | 27% |' in table
+
+
+def test_slopes_need_three_lengths_and_carry_only_the_digits_their_error_supports():
+  assert profile.fitted_slope([1024, 2048], [1.0, 2.0]) is None
+  exact = profile.fitted_slope([1024, 2048, 4096], [1.0, 2.0, 4.0])
+  assert exact['slope'] == pytest.approx(1.0) and exact['stderr'] == pytest.approx(0, abs=1e-12)
+  assert profile.format_slope(exact) == '1.00 ± 0.00'
+  # Steps that spread +-10% over the repeats: the slope's error follows, and so do the digits.
+  noisy = profile.fitted_slope([1024, 2048, 4096], [1.0, 2.0, 4.0], [0.1, 0.1, 0.1])
+  x = np.log([1024, 2048, 4096])
+  sxx = np.sum((x - x.mean())**2)
+  assert noisy['stderr'] == pytest.approx(np.sqrt(np.sum((x - x.mean())**2 * 0.01)) / sxx)
+  assert profile.format_slope(noisy) == '1.0 ± 0.1'
+  assert profile.format_slope({'slope': 1.2345, 'stderr': 0.03}) == '1.23 ± 0.03'
+  assert profile.format_slope({'slope': 1.2345, 'stderr': 0.6}) == '1.2 ± 0.6'
+  assert profile.format_slope({'slope': 1.2345, 'stderr': 2.0}) == '1 ± 2'
+
+
+def test_a_point_too_big_for_the_host_is_skipped_before_it_runs(tiny_config, monkeypatch):
+  ran = []
+
+  def tiny_step(config):  # A real compiled step, small enough to compile at once.
+    def step(state, batch, key):
+      ran.append(True)
+      return state * 2.0, {'loss': (batch['inputs'] * state).sum()}
+    state, batch = jax.numpy.ones((1024, 1024)), {'inputs': jax.numpy.ones((1024, 1024))}
+    return jax.jit(step, donate_argnums=0), state, batch, jax.random.key(0), 1
+
+  monkeypatch.setattr(profile, 'build_step', tiny_step)
+  config = profile.point_config(tiny_config, 'luna16', 64, 2, 'float32')
+  point = profile.measure_point(config, warmup=1, repeats=2, fresh_process=False,
+                                host_memory=2**20)
+  assert point['status'] == 'skipped' and point['estimated_bytes'] > 2**20
+  needed = point['estimated_bytes'] / 2**30
+  assert point['reason'] == f'needs {needed:.3g} GiB, host has 0.000977 GiB'
+  assert len(ran) == 1  # traced once to compile, never run
+  assert profile.describe({'model': 'luna16', 'length': 64, **point}).startswith(
+      'luna16 @ 64: skipped, needs ')
+  fits = profile.measure_point(config, warmup=1, repeats=2, fresh_process=False,
+                               host_memory=2**30)
+  assert fits['status'] == 'ok' and len(fits['step_times_s']) == 2
+  # Its memory estimate still divides in Table 2; its speed says why it is missing.
+  base = fabricated_point('transformer', 64, 1.0, point['estimated_bytes'] * 2)
+  index = {('transformer', 64): base, ('luna16', 64): {'model': 'luna16', **point}}
+  assert profile.relative_cell(index, 'luna16', 64, 'estimated_bytes') == 0.5
+  assert profile.relative_cell(index, 'luna16', 64, 'steps_per_s') == 'skipped'
+
+
+def test_lengths_take_k_and_a_bad_length_gets_a_clear_error(capsys):
+  assert profile.length_list('1K,2k,3072') == [1024, 2048, 3072]
+  with pytest.raises(argparse.ArgumentTypeError, match="'1x' in '1K,1x' is no sequence length"):
+    profile.length_list('1K,1x')
+  with pytest.raises(SystemExit):
+    profile.parse_args(['--lengths', '1K,big'])
+  error = capsys.readouterr().err
+  assert "argument --lengths: 'big' in '1K,big' is no sequence length" in error
+  assert '<lambda>' not in error

@@ -6,6 +6,7 @@ import statistics
 
 import pytest
 
+from lra_luna import config_lib
 from lra_luna import published
 from lra_luna import report
 
@@ -215,3 +216,113 @@ def test_unreadable_or_foreign_results_name_the_file(sweep, capsys):
   assert f'{bad}: no task, model, head, seed field' in capsys.readouterr().err
   assert report.main([str(sweep / 'nope')]) == 1
   assert 'is not a folder' in capsys.readouterr().err
+
+
+def write_config(workdir, spec, **overrides):
+  """config.json of a run from `spec` with `overrides` (as run_lra.py writes it)."""
+  config = config_lib.load_config(spec)
+  for key, value in overrides.items():
+    config[key] = value
+  (workdir / 'config.json').write_text(config.to_json())
+
+
+def test_every_caption_and_csv_row_says_steps_against_the_protocol(sweep, tmp_path):
+  quick = f'{config_lib.CONFIG_DIR}/listops.py:luna16,quick'
+  for workdir in sweep.glob('listops/luna16/cls/seed*'):  # shortened, with an override
+    write_config(workdir, quick, num_train_steps=300, eval_every=100)
+  for workdir in sweep.glob('listops/transformer/cls/seed*'):  # the full protocol
+    write_config(workdir, f'{config_lib.CONFIG_DIR}/listops.py:transformer,quick',
+                 data_dir='/elsewhere')  # Where data lives is not an override.
+  record = report.training_record(report.load_results(sweep / 'listops' / 'luna16')[0])
+  assert record == {'protocol': 'lra', 'steps': 300, 'protocol_steps': 1500, 'shortened': True,
+                    'overrides': ['eval_every=100', 'num_train_steps=300']}
+
+  out = tmp_path / 'out'
+  report.make_report(sweep, out_dir=out)
+  md = (out / 'table1.md').read_text()
+  caption = md.splitlines()[0]
+  assert '300/1500 steps (lra) SHORTENED' in caption and '1500/1500 steps (lra)' in caption
+  assert 'SHORTENED: 1 of our 3 rows' in caption and 'unknown (no config.json' in caption
+  luna = next(l for l in md.splitlines() if l.startswith('| luna16 | cls | ours'))
+  assert 'SHORTENED; overrides: eval_every=100 num_train_steps=300' in luna
+  transformer = next(l for l in md.splitlines() if l.startswith('| transformer | cls | ours'))
+  assert '1500/1500 steps (lra) |' in transformer and 'SHORTENED' not in transformer
+  assert 'SHORTENED' in (out / 'table1.tex').read_text().split(r'\label')[0]
+  assert '300/1500 steps (lra) SHORTENED' in (out / 'table3.md').read_text().splitlines()[0]
+
+  rows = {(r['model'], r['head'], r['source']): r
+          for r in csv.DictReader((out / 'table1.csv').open())}
+  luna_row = rows[('luna16', 'cls', 'ours')]
+  # ListOps runs are shortened; its other tasks' runs have no config.json (protocol unknown).
+  values = lambda field: set(luna_row[field].split(' | '))
+  assert values('steps') == {'300', '100'} and values('protocol_steps') == {'1500', ''}
+  assert values('shortened') == {'True', ''} and 'num_train_steps=300' in luna_row['overrides']
+  assert rows[('transformer', 'cls', 'ours')]['shortened'] == 'False'
+  assert rows[('transformer', 'cls', 'ours')]['overrides'] == ''
+
+
+def test_protocol_is_named_when_the_config_has_one(sweep):
+  workdir = next(sweep.glob('listops/transformer/cls/seed0'))
+  write_config(workdir, f'{config_lib.CONFIG_DIR}/listops.py:transformer,quick')
+  config = json.loads((workdir / 'config.json').read_text())
+  (workdir / 'config.json').write_text(json.dumps({**config, 'protocol': 'paper'}))
+  result = next(r for r in report.load_results(workdir))
+  record = report.training_record(result)
+  assert record['protocol'] == 'paper'
+  assert '100 steps (paper)' in report.describe_training([record])
+
+
+def test_missing_profile_names_the_flag_says_optional_and_which_command(sweep, tmp_path, capsys):
+  missing = tmp_path / 'runs' / 'profile_cpu' / 'profile.json'
+  assert report.main([str(sweep), '--profile', str(missing)]) == 1
+  error = capsys.readouterr().err.strip()
+  assert len(error.splitlines()) == 1
+  assert f'--profile {missing}: no such file' in error and 'optional' in error
+  assert f'python -m lra_luna.profile --out_dir {missing.parent}' in error
+  assert not (sweep / 'report').exists()  # Refused before writing anything.
+
+
+def label_boxes(fig):
+  renderer = fig.canvas.get_renderer()
+  return [a.get_window_extent(renderer) for a in fig.axes[0].texts]
+
+
+def test_figure_without_profile_puts_each_model_at_one_speed_and_labels_apart(sweep):
+  # Two heads of luna16 whose runs logged different speeds: one x for the model.
+  for workdir in sweep.glob('listops/luna16/mean_p/seed*'):
+    (workdir / 'metrics.jsonl').write_text(
+        ''.join(json.dumps({'step': s, 'steps_per_sec': 99.0}) + '\n' for s in (50, 100)))
+  summary = report.summarize(report.load_results(sweep), 'last')
+  fig = report.figure1(summary, report.load_results(sweep), None, 'last')
+  xs = {}
+  for collection, text in zip(fig.axes[0].collections, fig.axes[0].texts):
+    xs.setdefault(text.get_text().split(' ')[0], set()).add(collection.get_offsets()[0][0])
+  assert all(len(x) == 1 for x in xs.values()), xs
+  assert 'median logged over all runs of each model' in fig.axes[0].get_xlabel()
+
+  # Labels of points at the same place do not overlap.
+  results = report.load_results(sweep)
+  for r in results:
+    if r['model'] == 'transformer':
+      r['model'] = 'local'
+  summary = {('linear_transformer', 'cls'): {'listops': report.Cell(50.0)},
+             ('local', 'cls'): {'listops': report.Cell(50.1)}}
+  profile = {'task': 'listops', 'points': [
+      {'model': m, 'length': 60, 'status': 'ok', 'steps_per_s': 5.0, 'estimated_bytes': 1e8}
+      for m in ('linear_transformer', 'local')]}
+  fig = report.figure1(summary, [], profile, 'last')
+  boxes = label_boxes(fig)
+  assert len(boxes) == 2 and not boxes[0].overlaps(boxes[1])
+  assert all(fig.bbox.x0 <= b.x0 and b.x1 <= fig.bbox.x1 for b in boxes)  # none cut off
+
+
+def test_figure_states_a_task_mismatch_with_the_profile(sweep, capsys):
+  results = report.load_results(sweep)
+  summary = report.summarize([r for r in results if r['task'] == 'listops'], 'last')
+  profile = {'task': 'text', 'points': PROFILES['profile.py']['points']}
+  fig = report.figure1(summary, results, profile, 'last')
+  title = fig.axes[0].get_title()
+  assert 'TASK MISMATCH' in title and 'TEXT PROFILE' in title and 'LISTOPS' in title
+  assert 'task mismatch' in capsys.readouterr().err
+  fig = report.figure1(summary, results, {**profile, 'task': 'listops'}, 'last')
+  assert 'MISMATCH' not in fig.axes[0].get_title()

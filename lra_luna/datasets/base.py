@@ -8,8 +8,12 @@ import tempfile
 
 import numpy as np
 
+import lra_luna
+
 # Where datasets live unless `--config.data_dir` or $LRA_DATA_DIR says otherwise (ignored by git).
-DEFAULT_DATA_ROOT = pathlib.Path(__file__).resolve().parents[2] / 'data' / 'store'
+# data/store/ of the checkout; an installed package (no checkout) keeps it in the user's cache.
+DEFAULT_DATA_ROOT = (lra_luna.CHECKOUT / 'data' / 'store' if lra_luna.CHECKOUT
+                     else pathlib.Path.home() / '.cache' / 'lra_luna' / 'data')
 DATA_DIR_ENV = 'LRA_DATA_DIR'
 
 

@@ -292,8 +292,9 @@ def generator_settings(config) -> dict:
   return {key: int(config.listops[key]) for key in keys}
 
 
-def _generated_folder(config, root: pathlib.Path) -> pathlib.Path:
-  """<root>/<dataset_name>, holding our generator's set for config.listops (made if missing)."""
+def _generated_folder(config, root: pathlib.Path) -> tuple[pathlib.Path, bool]:
+  """(<root>/<dataset_name>, holding our generator's set for config.listops, whether it was made
+  now because it was missing)."""
   if not config.dataset_name:
     raise base.DataError('config.dataset_name is empty; it names the folder of the generated '
                          'ListOps set under the data root (e.g. listops-generated).')
@@ -305,7 +306,7 @@ def _generated_folder(config, root: pathlib.Path) -> pathlib.Path:
     print(f'ListOps: no data in {folder}; generating it (lra.md §2) with {settings}.', flush=True)
     base.make_folder(folder)
     generate_listops(folder, progress=True, **settings)
-    return folder
+    return folder, True
   if len(present) < len(SPLIT_FILES):
     # Never regenerate over a user's files: half a set is their mistake to look at.
     missing = sorted(set(SPLIT_FILES.values()) - set(present))
@@ -324,7 +325,7 @@ def _generated_folder(config, root: pathlib.Path) -> pathlib.Path:
         f'{folder} was generated with {record.get("settings")}, but the config asks for '
         f'{settings} (config.listops). Set --config.dataset_name to another folder for these '
         f'settings, or delete {folder} to regenerate it.')
-  return folder
+  return folder, False
 
 
 def load_listops(config) -> base.TaskData:
@@ -350,8 +351,9 @@ def load_listops(config) -> base.TaskData:
                            f'{base.nested_release_hint(root, RELEASE_FOLDER)} To get them, '
                            f'{RELEASE_HINT}.')
     description = {'source': 'release', 'path': str(folder.resolve())}
+    made_now = False
   else:
-    folder = _generated_folder(config, root)
+    folder, made_now = _generated_folder(config, root)
     description = {'source': 'generated', 'path': str(folder.resolve()),
                    'generator': generation_record(folder)}
   paths = {split: folder / name for split, name in SPLIT_FILES.items()}
@@ -367,7 +369,10 @@ def load_listops(config) -> base.TaskData:
                                            sources=paths.values())
   examples = base.example_counts(splits)
   base.check_truncation(config, info['truncated'], examples, f'ListOps ({folder})')
-  print(f'ListOps: {description["source"]} data from {folder}.', flush=True)
+  # Say whether this run made the data or only read it (made earlier, or the release).
+  print(f'ListOps: data generated now in {folder}.' if made_now else
+        f'ListOps: read {"previously generated" if source == "generated" else "release"} data '
+        f'from {folder}.', flush=True)
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
                        max_length=config.max_length,
                        source={**description, 'examples': examples, **info})

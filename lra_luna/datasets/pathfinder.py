@@ -194,9 +194,10 @@ def _release_folder(root: pathlib.Path, resolution: int, difficulty: str) -> pat
   return folder
 
 
-def _generated_folder(root: pathlib.Path, config) -> pathlib.Path:
-  """<root>/<dataset_name>/pathfinder<res>/<difficulty folder>: our generator's set for
-  config.pathfinder, generated (or finished) here when generate_if_missing allows it."""
+def _generated_folder(root: pathlib.Path, config) -> tuple[pathlib.Path, bool]:
+  """(<root>/<dataset_name>/pathfinder<res>/<difficulty folder>: our generator's set for
+  config.pathfinder, generated (or finished) here when generate_if_missing allows it; whether it
+  was generated now)."""
   settings = config.pathfinder
   resolution, difficulty = int(settings.resolution), settings.difficulty
   if not config.dataset_name:
@@ -225,7 +226,7 @@ def _generated_folder(root: pathlib.Path, config) -> pathlib.Path:
           f'(config.pathfinder). Set --config.dataset_name to another folder for these '
           f'settings, or delete {folder} to regenerate it.')
     if not generator.missing_batches(folder, record):
-      return folder
+      return folder, False
   if not bool(settings.get('generate_if_missing', False)):
     state = 'an unfinished generation' if record is not None else 'no data'
     raise base.DataError(f'{folder} holds {state}. Generate it with `{command}`, or point '
@@ -236,7 +237,7 @@ def _generated_folder(root: pathlib.Path, config) -> pathlib.Path:
   base.make_folder(set_root)
   generator.generate_pathfinder(set_root, resolution=resolution, difficulty=difficulty,
                                 progress=True, **wanted)
-  return folder
+  return folder, True
 
 
 def load_pathfinder(config) -> base.TaskData:
@@ -264,8 +265,9 @@ def load_pathfinder(config) -> base.TaskData:
   if source == 'release':
     folder = _release_folder(root, resolution, difficulty)
     description = {'source': 'release', 'path': str(folder.resolve())}
+    made_now = False
   else:
-    folder = _generated_folder(root, config)
+    folder, made_now = _generated_folder(root, config)
     record = generator.read_record(folder)
     # The shape ListOps records too: who generated it, and with which settings.
     description = {'source': 'generated', 'path': str(folder.resolve()),
@@ -280,7 +282,10 @@ def load_pathfinder(config) -> base.TaskData:
 
   splits, info = base.cached_split_arrays(folder / 'cache.npz', build, sources=[folder])
   examples = base.example_counts(splits)
-  print(f'Pathfinder: {description["source"]} data from {folder}.', flush=True)
+  # Say whether this run made the data or only read it (made earlier, or the release).
+  print(f'Pathfinder: data generated now in {folder}.' if made_now else
+        f'Pathfinder: read {"previously generated" if source == "generated" else "release"} '
+        f'data from {folder}.', flush=True)
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
                        max_length=resolution * resolution,
                        source={**description, 'examples': examples, **info})
