@@ -95,37 +95,37 @@ def _word_value(key: str, value, default, arg):
 
 def base_config() -> ml_collections.ConfigDict:
   """Every field a run reads, with its task-neutral default. A task config sets what is its own:
-  the fields marked "each task" are placeholders that validate() refuses."""
+  the fields marked (*) are placeholders (0 or empty) that validate() refuses."""
   c = ml_collections.ConfigDict()
   c.task = ''                       # one of TASKS
   c.protocol = 'lra'                # 'lra' (LRA sizes, Table 4 rates) | 'paper' (protocols.py)
-  c.model_name = ''                 # one of MODELS (set by set_model); a plug-in needs 'transformer'
+  c.model_name = ''                 # one of MODELS (set_model); a plug-in needs 'transformer'
   c.seed = 0                        # training seed: parameters, dropout and data order
   c.data_dir = ''                   # data root; '' = $LRA_DATA_DIR, else <repo>/data/store
-  c.dataset_name = ''               # folder of this task's files under the data root (each task)
+  c.dataset_name = ''               # folder of this task's files under the data root (*)
   c.data_source = 'auto'            # 'auto' | 'release' | 'generated' | 'tfds' (DATA_SOURCES)
-  c.max_length = 0                  # tokens per example after truncation, [CLS] not counted (each task)
+  c.max_length = 0                  # tokens per example after truncation, [CLS] not counted (*)
   c.max_truncated_fraction = 0.01   # refuse data when more than this share of examples is cut
   # Append an end-of-sequence token (id = the task's vocab size) to every sequence before the cut
   # to max_length, as the Luna authors' binarised data (max_length counts it; a sequence of
   # max_length tokens or more loses it). Pixel tasks then need max_length 1025.
   c.append_eos = False
-  c.batch_size = 0                  # global training batch, split over all devices (each task)
-  c.eval_batch_size = 0             # global evaluation batch, last batch padded and masked (each task)
-  c.num_train_steps = 0             # optimizer steps (each task)
-  c.warmup_steps = 0                # linear warmup steps of the schedule (each task)
-  c.schedule = ''                   # 'rsqrt': warmup then lr*sqrt(w/s); 'cosine': warmup then cosine to 0 (each task)
-  c.learning_rate = 0.0             # peak learning rate, at the end of warmup (each task)
-  c.weight_decay = 0.0              # AdamW decoupled weight decay (scaled by the learning rate); 0 = none
+  c.batch_size = 0                  # global training batch, split over all devices (*)
+  c.eval_batch_size = 0             # global evaluation batch, last batch padded and masked (*)
+  c.num_train_steps = 0             # optimizer steps (*)
+  c.warmup_steps = 0                # linear warmup steps of the schedule (*)
+  c.schedule = ''                   # 'rsqrt': warmup then lr*sqrt(w/s); 'cosine': to 0 (*)
+  c.learning_rate = 0.0             # peak learning rate, at the end of warmup (*)
+  c.weight_decay = 0.0              # AdamW decoupled weight decay (times the lr); 0 = none
   c.adam_b1 = 0.9                   # Adam beta1 (LRA, Luna reference)
   c.adam_b2 = 0.98                  # Adam beta2 (LRA, Luna reference)
   c.adam_eps = 1e-8                 # Adam epsilon
   c.grad_clip_norm = 0.0            # global-norm gradient clipping; 0 = none (Path-X uses 1.0)
-  c.eval_every = 0                  # steps between validation passes, and at the end (each task)
+  c.eval_every = 0                  # steps between validation passes, and at the end (*)
   c.log_every = 50                  # steps between training-metric log lines
-  c.checkpoint_every = 0            # steps between checkpoints (each task)
+  c.checkpoint_every = 0            # steps between checkpoints (*)
   c.max_eval_batches = 0            # 0 = whole split; >0 caps validation batches (debugging only)
-  c.progress_bar = True             # progress on stderr: a tqdm bar on a terminal, else plain lines (off when $CI is set)
+  c.progress_bar = True             # stderr progress: a bar on a terminal, else lines; off if $CI
   # The model: every field of ModelConfig with its default (models/model_config.py says what
   # each one is and checks it).
   c.model = dataclasses.asdict(model_config.ModelConfig())

@@ -27,9 +27,10 @@ def heads_of(attention: str) -> tuple:
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """config.model, typed. Defaults are the task-neutral ones; sizes come from the task config."""
-  attention: str = 'softmax'        # a MODELS attention (set by set_model) or a plug-in 'x.py:Class'
+  attention: str = 'softmax'        # a MODELS attention (set_model) or a plug-in 'x.py:Class'
   attention_implementation: str = 'vanilla'  # softmax only: 'vanilla' (n x n matrix) | 'fused'
-  attention_options: dict = dataclasses.field(default_factory=dict)  # options of a baseline or plug-in
+  # Constructor options of a baseline or a plug-in.
+  attention_options: dict = dataclasses.field(default_factory=dict)
   dim: int = 0                      # model width D (set by each task config)
   num_heads: int = 0                # heads H (Luna: unpack heads; set by each task config)
   num_pack_heads: int = 0           # Luna pack heads Hp; 0 = same as num_heads (reference LRA)

@@ -3,7 +3,7 @@ checkpoints go, how a folder is checked and started, and the error a run stops w
 
   <workdir>/config.json                 the run's config (check_workdir compares a rerun's to it)
   <workdir>/metrics.jsonl, tb/          training and validation scalars (training/metrics.py)
-  <workdir>/checkpoints/latest/<step>/  the latest checkpoint, for resuming (training/checkpoints.py)
+  <workdir>/checkpoints/latest/<step>/  the latest checkpoint, for resuming (checkpoints.py)
   <workdir>/checkpoints/best/<step>/    the best checkpoint on validation
   <workdir>/results.json                the final validation and test metrics
 

@@ -43,8 +43,9 @@ class SeedRun:
     return self.config.seed
 
 
-class Interrupted(Exception):
-  """SIGINT or SIGTERM stopped training after `step`; the latest checkpoint is at `saved_step`."""
+class Interrupted(KeyboardInterrupt):
+  """SIGINT or SIGTERM stopped training after `step`; the latest checkpoint is at `saved_step`.
+  A KeyboardInterrupt, so that callers that go on after an error (sweep) stop too."""
 
   def __init__(self, signal_name: str, step: int, saved_step: int | None):
     super().__init__(f'{signal_name}: stopped at step {step}, latest checkpoint at step '
