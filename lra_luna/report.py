@@ -661,7 +661,8 @@ def main(argv=None) -> int:
   parser.add_argument('sweep_dir', help='folder searched for results.json files')
   parser.add_argument('--checkpoint', choices=list(CHECKPOINTS), default='last',
                       help='which test numbers: of the last or the best-on-validation checkpoint')
-  parser.add_argument('--profile', help='profile.json of lra_luna/profile.py, for Figure 1')
+  parser.add_argument('--profile', help='optional: profile.json of python -m lra_luna.profile, '
+                      "for Figure 1's speed and memory (without it: the runs' logged speed)")
   parser.add_argument('--out_dir', help='output folder (default: SWEEP_DIR/report)')
   args = parser.parse_args(argv)
   try:
