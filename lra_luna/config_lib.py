@@ -101,7 +101,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.protocol = 'lra'                # 'lra' (LRA sizes, Table 4 rates) | 'paper' (protocols.py)
   c.model_name = ''                 # one of MODELS (set_model); a plug-in needs 'transformer'
   c.seed = 0                        # training seed: parameters, dropout and data order
-  c.data_dir = ''                   # data root; '' = $LRA_DATA_DIR, else <repo>/data/store
+  # Data root: '' = $LRA_DATA_DIR, else <repo>/data/store (installed: ~/.cache/lra_luna/data).
+  c.data_dir = ''
   c.dataset_name = ''               # folder of this task's files under the data root (*)
   c.data_source = 'auto'            # 'auto' | 'release' | 'generated' | 'tfds' (DATA_SOURCES)
   c.max_length = 0                  # tokens per example after truncation, [CLS] not counted (*)

@@ -262,14 +262,16 @@ def test_every_caption_and_csv_row_says_steps_against_the_protocol(sweep, tmp_pa
 
 
 def test_protocol_is_named_when_the_config_has_one(sweep):
+  # A shortened run of the authors' protocol is measured against that protocol's own steps.
   workdir = next(sweep.glob('listops/transformer/cls/seed0'))
-  write_config(workdir, f'{config_lib.CONFIG_DIR}/listops.py:transformer,quick')
-  config = json.loads((workdir / 'config.json').read_text())
-  (workdir / 'config.json').write_text(json.dumps({**config, 'protocol': 'paper'}))
+  spec = f'{config_lib.CONFIG_DIR}/listops.py:transformer,quick,paper'
+  write_config(workdir, spec, num_train_steps=100)
   result = next(r for r in report.load_results(workdir))
   record = report.training_record(result)
-  assert record['protocol'] == 'paper'
-  assert '100 steps (paper)' in report.describe_training([record])
+  protocol_steps = config_lib.load_config(spec).num_train_steps
+  assert record['protocol'] == 'paper' and record['protocol_steps'] == protocol_steps
+  assert record['shortened'] and record['overrides'] == ['num_train_steps=100']
+  assert f'100/{protocol_steps} steps (paper) SHORTENED' in report.describe_training([record])
 
 
 def test_missing_profile_names_the_flag_says_optional_and_which_command(sweep, tmp_path, capsys):
