@@ -212,6 +212,17 @@ def flatten(config: ml_collections.ConfigDict) -> dict:
   return flat
 
 
+def saved_config(saved: dict) -> ml_collections.ConfigDict:
+  """The config of a run's config.json, with the fields added since it was written at their
+  base_config defaults (a field's default keeps the behaviour from before the field existed),
+  so that older run folders still resume and evaluate."""
+  def merged(default, value):
+    if isinstance(default, dict) and isinstance(value, dict):
+      return {**default, **{k: merged(default.get(k), v) for k, v in value.items()}}
+    return value
+  return ml_collections.ConfigDict(merged(base_config().to_dict(), saved))
+
+
 # ----------------------------------------------------------------------------------------------
 # Building a config from `--config=configs/<task>.py:<arg>` and `--config.<key>=<value>` flags,
 # with one-line errors (config_flags itself answers with a traceback or a bare KeyError).

@@ -42,7 +42,7 @@ def load_run_config(workdir) -> ml_collections.ConfigDict:
       raise FileNotFoundError(f'{workdir} holds no run itself but {len(runs)} run folder(s) below '
                               f'it: {", ".join(runs[:5])}{more}; give one of them.')
     raise FileNotFoundError(f'{workdir} has no {run_folder.CONFIG_FILE}: not a run_lra.py workdir.')
-  config = ml_collections.ConfigDict(json.loads(path.read_text()))
+  config = config_lib.saved_config(json.loads(path.read_text()))
   config_lib.validate(config)
   return config
 

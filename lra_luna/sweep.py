@@ -99,10 +99,9 @@ def finished(run: Run) -> bool:
     return False
   saved_path = run.workdir / run_folder.CONFIG_FILE
   if saved_path.exists():
-    saved, wanted = json.loads(saved_path.read_text()), json.loads(run.config.to_json())
-    if saved != wanted:
-      raise ValueError(f'{run.workdir} holds results of another config (fields '
-                       f'{run_folder.differing_fields(saved, wanted)} '
+    differing = run_folder.config_differences(json.loads(saved_path.read_text()), run.config)
+    if differing:
+      raise ValueError(f'{run.workdir} holds results of another config (fields {differing} '
                        'differ); delete it or use another --sweep_dir.')
   return True
 

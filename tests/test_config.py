@@ -3,11 +3,13 @@
 import ast
 import dataclasses
 import pathlib
+import json
 
 import pytest
 
 from lra_luna import config_lib
 from lra_luna.models import model_config
+from lra_luna.training import run_folder
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 LISTOPS = str(REPO / 'configs' / 'listops.py')
@@ -129,3 +131,22 @@ def test_mean_p_needs_luna_in_one_rule():
   assert checked.vocab_size == 5 and checked.dim == 0  # missing fields keep their defaults
   with pytest.raises(dataclasses.FrozenInstanceError):
     checked.head = 'cls'
+
+
+def test_a_config_json_written_before_new_fields_still_matches_its_run():
+  # Run folders written before `protocol`, `append_eos` and the authors' head options existed.
+  config = config_lib.load_config(f'{config_lib.CONFIG_DIR}/listops.py:luna16,quick')
+  old = json.loads(config.to_json())
+  for key in ('protocol', 'append_eos'):
+    del old[key]
+  for key in ('classifier_bias', 'mean_includes_cls'):
+    del old['model'][key]
+  assert run_folder.config_differences(old, config) == []
+  assert config_lib.saved_config(old).protocol == 'lra'
+  config_lib.validate(config_lib.saved_config(old))
+  old['model']['dim'] += 1
+  old['learning_rate'] *= 2
+  assert run_folder.config_differences(old, config) == ['learning_rate', 'model.dim']
+  # A new field set away from its default is a difference, not a default.
+  paper = config_lib.load_config(f'{config_lib.CONFIG_DIR}/listops.py:luna16,quick,paper')
+  assert 'protocol' in run_folder.config_differences(old, paper)

@@ -64,8 +64,12 @@ def read_jsonl(path) -> list[dict]:
   return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def differing_fields(saved: dict, wanted: dict) -> list[str]:
-  """The top-level config fields that differ between two configs as dicts."""
+def config_differences(saved: dict, config) -> list[str]:
+  """The fields in which a run folder's config.json (`saved`) differs from `config`; a field that
+  config.json predates counts as its default (config_lib.saved_config)."""
+  from lra_luna import config_lib  # pylint: disable=g-import-not-at-top  (no JAX either)
+  saved = config_lib.flatten(json.loads(config_lib.saved_config(saved).to_json()))
+  wanted = config_lib.flatten(json.loads(config.to_json()))
   return sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
 
 
@@ -76,11 +80,11 @@ def check_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:
                         'run (checkpoints, metrics, results.json).')
   config_path = workdir / CONFIG_FILE
   if config_path.exists() and not overwrite:
-    saved, wanted = json.loads(config_path.read_text()), json.loads(config.to_json())
-    if saved != wanted:
+    differing = config_differences(json.loads(config_path.read_text()), config)
+    if differing:
       raise TrainingError(
-          f'{workdir} holds a run with a different config (fields '
-          f'{differing_fields(saved, wanted)} differ). Use another --workdir, or pass '
+          f'{workdir} holds a run with a different config (fields {differing} differ). Use '
+          'another --workdir, or pass '
           '--overwrite to delete that run and start anew.')
 
 
