@@ -143,9 +143,13 @@ def plan(spec, campaign_dir: pathlib.Path) -> dict:
   groups = {}
   for task in spec.tasks:
     for model in spec.models:
+      # Only Luna has P (the spec says so once, rather than sweep for every other model).
+      heads = [h for h in spec.heads if h != 'mean_p' or config_lib.MODELS[model][0] == 'luna']
+      if not heads:
+        continue
       try:
         runs = sweep.plan([config_spec(task, model, spec.protocol, spec.variant)],
-                          list(spec.seeds), list(spec.heads), list(spec.overrides), campaign_dir)
+                          list(spec.seeds), heads, list(spec.overrides), campaign_dir)
       except ValueError as e:
         if spec.protocol == 'paper':
           try:
@@ -274,11 +278,13 @@ def estimate_hours(groups: dict, campaign_dir: pathlib.Path, assume_tflops) -> l
   profiles: the measured steps/s, or the step's FLOPs at assume_tflops."""
   rows = []
   for (task, model, head), runs in groups.items():
-    profile = json.loads((campaign_dir / ESTIMATE_DIR / task / 'profile.json').read_text())
-    point = next((p for p in profile['points'] if p['model'] == model), {})
+    path = campaign_dir / ESTIMATE_DIR / task / 'profile.json'
+    profile = json.loads(path.read_text()) if path.exists() else {'points': []}
+    point = next((p for p in profile['points'] if p['model'] == model), None)
     seed_steps = len(runs) * runs[0].config.num_train_steps  # vmapped seeds: each its own step
-    if point.get('status') != 'ok':
-      rows.append((task, model, head, seed_steps, None, 'out of memory'))
+    if point is None or point['status'] != 'ok':
+      rows.append((task, model, head, seed_steps, None,
+                   'not profiled' if point is None else 'out of memory'))
     elif assume_tflops:
       step_s = point['flops_per_step'] / (assume_tflops * 1e12)
       rows.append((task, model, head, seed_steps, seed_steps * step_s / 3600,
@@ -298,7 +304,9 @@ def print_estimate(rows: list, assume_tflops) -> None:
     print(f'  {task:11} {model:19} {head:7} {seed_steps:>8} seed-steps  '
           f'{"-" if hours is None else f"{hours:9.2f} h"}  ({how})')
   total = sum(hours for *_, hours, _ in rows if hours is not None)
-  print(f'  total: {total:.2f} device-hours (estimate)')
+  missing = sum(hours is None for *_, hours, _ in rows)
+  print(f'  total: {total:.2f} device-hours (estimate)'
+        + (f', without the {missing} groups above that have no figure' if missing else ''))
 
 
 def profile_finished(spec, campaign_dir: pathlib.Path) -> bool:

@@ -22,6 +22,10 @@ writes): 'model', 'length'; speed 'steps_per_sec' or 'steps_per_s'; memory, the 
 circle size); a point with 'oom': true or a 'status' other than 'ok' is not measured. Others are
 ignored. Without --profile: x = the median logged training steps/s of the runs behind y
 (metrics.jsonl; a vmapped run logs the speed of all its seeds together), all circles one size.
+
+A folder that lra_luna/campaign.py ran holds campaign.json: its facts (protocol, training steps,
+data, and CUT SHORT with what falls short of the protocol) then close every table caption, sit
+under the figure and fill a 'campaign' column of the CSVs.
 """
 
 import argparse

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from lra_luna import campaign
+from lra_luna.training import checkpoints
 from lra_luna.training import metrics as metrics_lib
 from lra_luna.training import train
 
@@ -96,7 +97,8 @@ def job_of(campaign_dir, group: str):
 
 
 def has_checkpoint(campaign_dir, group):
-  return any(any((campaign_dir / group / f'seed{s}' / 'checkpoints' / 'latest').glob('[0-9]*'))
+  """Whether every seed of the group has a finished (renamed by orbax) latest checkpoint."""
+  return all(checkpoints.saved_step(campaign_dir / group / f'seed{s}', 'latest')
              for s in (0, 1))
 
 
@@ -192,6 +194,23 @@ def test_cut_short_facts(tmp_path):
       o for o in full.overrides if o.startswith('num_train_steps')]
 
 
+def test_estimate_hours_from_steps_per_second_or_flops(tmp_path):
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py',
+                                       models=['transformer', 'luna16', 'luna128']))
+  groups = campaign.plan(spec, tmp_path)
+  points = [{'model': 'transformer', 'status': 'ok', 'steps_per_s': 2.0, 'flops_per_step': 3e12},
+            {'model': 'luna16', 'status': 'oom'}]
+  metrics_lib.write_json_atomically(tmp_path / campaign.ESTIMATE_DIR / 'listops' / 'profile.json',
+                                    {'device': {'device_kind': 'H100'}, 'points': points})
+  timed = campaign.estimate_hours(groups, tmp_path, None)
+  assert [row[:5] for row in timed] == [('listops', 'transformer', 'cls', 120, 120 / 2.0 / 3600),
+                                        ('listops', 'luna16', 'cls', 120, None),
+                                        ('listops', 'luna128', 'cls', 120, None)]
+  assert [row[5] for row in timed] == ['2.00 steps/s on H100', 'out of memory', 'not profiled']
+  from_flops = campaign.estimate_hours(groups, tmp_path, 50.0)  # 3 TFLOP at 50 TFLOP/s
+  assert from_flops[0][4] == pytest.approx(120 * 3e12 / 50e12 / 3600)
+
+
 # ----------------------------------------------------------------------------------------------
 # The local launcher end to end; SIGKILL a job, then the driver; a job that fails twice.
 # ----------------------------------------------------------------------------------------------
@@ -258,7 +277,7 @@ def test_killed_job_and_killed_driver_give_the_same_results(reference, tmp_path,
   first = campaign.log_path(jobs_dir, killed).with_suffix('.out').read_text()
   second = campaign.log_path(jobs_dir, job_of(campaign_dir, group)).with_suffix('.out')
   assert 'seeds [0, 1]: ' in first and 'starting at step 0 of 60' in first
-  assert 'seeds [0, 1]: ' in second.read_text()
+  assert 'starting at step ' in second.read_text()
   assert 'starting at step 0 of 60' not in second.read_text()
 
 
