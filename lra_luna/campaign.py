@@ -257,7 +257,7 @@ def profile_argv(spec, campaign_dir: pathlib.Path) -> list:
 # ----------------------------------------------------------------------------------------------
 # What a campaign costs: each task's config profiled at its own length and batch, on the jobs'
 # device; GPU-hours = seeds x steps / (steps/s) per group. Without a device to time on,
-# --assume_tflops turns the compiled step's FLOPs into time instead (compile only).
+# --assume_tflops turns XLA's FLOPs of each step into time instead (profile --flops_only).
 # ----------------------------------------------------------------------------------------------
 ESTIMATE_DIR = 'estimate'
 
@@ -270,7 +270,7 @@ def estimate_argv(spec, campaign_dir: pathlib.Path, task: str, config, assume_tf
           '--models', ','.join(spec.models), '--lengths', str(config.max_length),
           '--batch_size', str(config.batch_size), '--repeats', str(spec.profile.repeats),
           '--warmup', str(spec.profile.warmup), '--out_dir', str(campaign_dir / ESTIMATE_DIR / task),
-          *(['--memory_only'] if assume_tflops else [])]
+          *(['--flops_only'] if assume_tflops else [])]
 
 
 def estimate_hours(groups: dict, campaign_dir: pathlib.Path, assume_tflops) -> list:
@@ -581,8 +581,8 @@ def main(argv=None) -> int:
                       help="print the campaign's cost in device-hours from each task's profile "
                       '(run as jobs on the launcher), train nothing')
   parser.add_argument('--assume_tflops', type=float, default=None,
-                      help='--estimate without timing: compile only, and turn each step\'s FLOPs '
-                      'into time at this sustained TFLOP/s')
+                      help="--estimate without timing: XLA's FLOPs of each step (not compiled) "
+                      'turned into time at this sustained TFLOP/s')
   parser.add_argument('--force', action='store_true',
                       help='adopt a changed spec in a folder of another (changed runs restart)')
   parser.add_argument('--max_jobs', type=int, default=0,
