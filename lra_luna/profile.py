@@ -18,7 +18,8 @@ with their standard error, to the digits it supports. --lengths takes 1024,2048 
 
 `--memory_only` compiles every point and reads the estimates without running a step: the
 paper's batch of 32 at 4K then gets its memory column even where the Transformer could never
-run (a CPU).
+run (a CPU). `--flops_only` only lowers each step and reads XLA's FLOP count (seconds a point;
+what `campaign --estimate --assume_tflops` uses where no GPU can time the steps).
 
 Writes to --out_dir: profile.json (every point), table2.md and table2.tex (speed and memory
 relative to the vanilla Transformer, the paper's rows beside ours) and scaling.png.
@@ -171,7 +172,8 @@ def step_time_spread(times) -> dict:
 
 
 def measure_point(config, *, warmup: int, repeats: int, fresh_process: bool,
-                  memory_only: bool = False, host_memory: int | None = None) -> dict:
+                  memory_only: bool = False, flops_only: bool = False,
+                  host_memory: int | None = None) -> dict:
   """Compile time, median step time (with min and max), memory and FLOPs of config's step.
 
   memory_only: compile and read XLA's estimates without running a step, so a point far larger
@@ -180,6 +182,13 @@ def measure_point(config, *, warmup: int, repeats: int, fresh_process: bool,
   than left to the kernel's OOM killer.
   """
   step, state, batch, dropout_key, num_params = build_step(config)
+  if flops_only:
+    # XLA's count on the lowered step, before optimization: seconds, where compiling a full-size
+    # step on a CPU takes minutes (campaign --estimate --assume_tflops).
+    return {'status': 'ok', 'num_params': num_params, 'compile_s': None,
+            'flops_per_step': compiled_flops(step.lower(state, batch, dropout_key)),
+            'estimated_bytes': None, 'step_times_s': [], 'step_s': None, 'steps_per_s': None,
+            'device_peak_bytes': None}
   start = time.perf_counter()
   compiled = step.lower(state, batch, dropout_key).compile()
   compile_s = time.perf_counter() - start
@@ -230,6 +239,7 @@ def profile_point(args, model_name: str, length: int, *, fresh_process: bool = F
   try:
     result = measure_point(config, warmup=args.warmup, repeats=args.repeats,
                            fresh_process=fresh_process, memory_only=args.memory_only,
+                           flops_only=args.flops_only,
                            host_memory=int(args.host_memory_gib * 2**30))
   except Exception as error:  # Only out-of-memory is tolerated; see below.
     if not is_out_of_memory(error):
@@ -247,7 +257,8 @@ def profile_point_isolated(args, model_name: str, length: int) -> dict:
                '--batch_size', str(args.batch_size), '--dtype', args.dtype,
                '--warmup', str(args.warmup), '--repeats', str(args.repeats),
                '--host_memory_gib', str(args.host_memory_gib),
-               '--memory_only' if args.memory_only else '--no-memory_only']
+               '--memory_only' if args.memory_only else '--no-memory_only',
+               '--flops_only' if args.flops_only else '--no-flops_only']
     # The worker runs from the repository root; a plug-in module 'package.module:Class' may live
     # in this process's current directory.
     python_path = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get('PYTHONPATH')]))
@@ -292,8 +303,10 @@ def describe(point: dict) -> str:
     return f'{name}: OOM'
   if point['status'] == 'skipped':
     return f'{name}: skipped, {point["reason"]}'
-  line = (f'{name}: {rate(point["steps_per_s"])} steps/s{spread_words(point)} (compile '
-          f'{point["compile_s"]:.1f} s), memory estimate {mib(point["estimated_bytes"])} MiB, '
+  compile_s = point.get('compile_s')  # None with --flops_only: not compiled
+  line = (f'{name}: {rate(point["steps_per_s"])} steps/s{spread_words(point)} ('
+          + ('not compiled' if compile_s is None else f'compile {compile_s:.1f} s') + '), '
+          f'memory estimate {mib(point["estimated_bytes"])} MiB, '
           f'device peak {mib(point["device_peak_bytes"])} MiB, '
           f'{(point["flops_per_step"] or 0) / 1e9:.1f} GFLOP/step')
   if (point.get('spread') or 0) > SPREAD_WARNING:
@@ -501,11 +514,12 @@ def markdown_table(results: dict) -> str:
       lines.append(f'| {p["model"]} | {p["length"]} | {what} |' + ' |' * 8)
       continue
     timed = p.get('step_s_min') is not None
+    compile_s = '-' if p['compile_s'] is None else f'{p["compile_s"]:.1f}'  # --flops_only
     lines.append(f'| {p["model"]} | {p["length"]} | {rate(p["steps_per_s"])} | '
                  f'{rate(1 / p["step_s_max"]) if timed else "-"} | '
                  f'{rate(1 / p["step_s_min"]) if timed else "-"} | '
                  f'{format(p["spread"], ".0%") if timed else "-"} | '
-                 f'{p["compile_s"]:.1f} | {(p["flops_per_step"] or 0) / 1e9:.1f} | '
+                 f'{compile_s} | {(p["flops_per_step"] or 0) / 1e9:.1f} | '
                  f'{mib(p["estimated_bytes"])} | {mib(p["device_peak_bytes"])} | '
                  f'{p["num_params"]} |')
   return '\n'.join(lines) + '\n'
@@ -619,6 +633,8 @@ def parse_args(argv):
   parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compiling')
   parser.add_argument('--memory_only', action=argparse.BooleanOptionalAction, default=False,
                       help='compile and report memory and FLOPs without timing any step')
+  parser.add_argument('--flops_only', action=argparse.BooleanOptionalAction, default=False,
+                      help="only XLA's FLOPs of the lowered step: no compile, no memory, no timing")
   parser.add_argument('--isolate', action=argparse.BooleanOptionalAction, default=None,
                       help='each point in a fresh process (default: on GPU only)')
   parser.add_argument('--host_memory_gib', type=float, default=host_memory_bytes() / 2**30,
@@ -664,7 +680,8 @@ def main(argv=None) -> dict | None:
              'batch_size': args.batch_size, 'dtype': args.dtype,
              'models': [plugins.label(name) for name in args.models],
              'lengths': args.lengths, 'repeats': args.repeats, 'warmup': args.warmup,
-             'memory_only': args.memory_only, 'host_memory_gib': args.host_memory_gib,
+             'memory_only': args.memory_only, 'flops_only': args.flops_only,
+             'host_memory_gib': args.host_memory_gib,
              'isolated': isolate, 'points': []}
   out_dir = pathlib.Path(args.out_dir)
   print(setting_line(results), flush=True)

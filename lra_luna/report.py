@@ -29,6 +29,10 @@ circles one size. Labels are moved apart where they would overlap.
 Every caption (and the figure's title where any run was shortened) says how many steps the runs
 trained against their protocol's steps and marks SHORTENED runs; CSV rows carry the same fields
 (training_record: protocol, steps, protocol_steps, shortened, overrides).
+
+A folder that lra_luna/campaign.py ran holds campaign.json: its facts (protocol, training steps,
+data, and CUT SHORT with what falls short of the protocol) then close every table caption, sit
+under the figure and fill a 'campaign' column of the CSVs.
 """
 
 import argparse
@@ -541,8 +545,10 @@ def place_labels(fig, ax, labels) -> list:
   return placed
 
 
-def figure1(summary: dict, results: list[dict], profile: dict | list | None, checkpoint: str):
-  """Figure 1 as a matplotlib figure; `profile` is the loaded profile JSON or None."""
+def figure1(summary: dict, results: list[dict], profile: dict | list | None, checkpoint: str,
+            caption: str = ''):
+  """Figure 1 as a matplotlib figure; `profile` is the loaded profile JSON or None; `caption`
+  is written under the plot."""
   import matplotlib
   matplotlib.use('Agg')  # Files only, no display.
   from matplotlib import pyplot as plt
@@ -597,21 +603,60 @@ def figure1(summary: dict, results: list[dict], profile: dict | list | None, che
   ax.set_title('\n'.join([f'Figure 1: accuracy ({checkpoint} checkpoint) vs speed; {size_note}',
                           *(textwrap.fill(n, 90) for n in notes)]), fontsize=8)
   ax.margins(0.2)
-  fig.tight_layout()
+  if caption:
+    caption = textwrap.fill(caption, 110)
+    fig.text(0.01, 0.01, caption, fontsize=6, va='bottom')
+    fig.tight_layout(rect=(0, 0.04 + 0.025 * caption.count('\n'), 1, 1))
+  else:
+    fig.tight_layout()
   place_labels(fig, ax, labels)  # After the layout, which moves the points.
   return fig
 
 
 def write_figure(summary: dict, results: list[dict], profile: dict | list | None,
-                 checkpoint: str, out_dir: pathlib.Path) -> list[pathlib.Path]:
+                 checkpoint: str, out_dir: pathlib.Path,
+                 caption: str = '') -> list[pathlib.Path]:
   """figure1.png and .pdf; `profile` is the loaded profile JSON or None."""
   from matplotlib import pyplot as plt
-  fig = figure1(summary, results, profile, checkpoint)
+  fig = figure1(summary, results, profile, checkpoint, caption)
   paths = [out_dir / 'figure1.png', out_dir / 'figure1.pdf']
   for path in paths:
     fig.savefig(path, dpi=150)
   plt.close(fig)
   return paths
+
+
+# ----------------------------------------------------------------------------------------------
+# Campaign facts: a folder that lra_luna/campaign.py ran holds campaign.json; every caption, the
+# figure and the CSVs then state its protocol, data and steps, and whether it was cut short.
+# ----------------------------------------------------------------------------------------------
+CAMPAIGN_FILE = 'campaign.json'
+
+
+def campaign_note(sweep_dir, sources: dict) -> str:
+  """The campaign's facts in one sentence ('' for a folder that no campaign wrote)."""
+  path = pathlib.Path(sweep_dir) / CAMPAIGN_FILE
+  if not path.exists():
+    return ''
+  facts = json.loads(path.read_text())['facts']
+  steps = ', '.join(f'{TASK_NAMES[t]} ' + ' / '.join(str(ours) for ours, _ in pairs)
+                    for t, pairs in sorted(facts['steps'].items()))
+  data = '; '.join(f'{TASK_NAMES[t]}: {words}' for t, words in sorted(sources.items()))
+  short = facts['cut_short']
+  return (f"Campaign {facts['name']}, protocol {facts['protocol']}; training steps: {steps}; "
+          f'data: {data}. ' + (f'CUT SHORT: {"; ".join(short)}.' if short
+                               else 'Full protocol (its steps and seeds).'))
+
+
+def add_campaign_column(csv_path: pathlib.Path, note: str) -> None:
+  """Adds a 'campaign' column to a written table CSV: the note on our rows, empty on the papers'."""
+  with csv_path.open(newline='') as f:
+    rows = list(csv.reader(f))
+  source = rows[0].index('source')
+  rows = [rows[0] + ['campaign']] + [row + [note if row[source] == 'ours' else '']
+                                     for row in rows[1:]]
+  with csv_path.open('w', newline='') as f:
+    csv.writer(f).writerows(rows)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -644,14 +689,18 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None)
   out_dir.mkdir(parents=True, exist_ok=True)
   summary = summarize(results, checkpoint)
   sources = data_sources(results)
+  note = campaign_note(sweep_dir, sources)
   paths = []
   tables = (table1(summary, checkpoint, training_records(results, TASK_NAMES)),
             table3(summary, checkpoint, training_records(results, published.CLS_VS_P_TASKS)))
   for table in tables:
     tasks = [key for key, _ in table.columns if key in sources]
     table.notes = ['Data: ' + '; '.join(f'{TASK_NAMES[t]}: {sources[t]}' for t in tasks) + '.']
+    table.title += f' {note}' if note else ''
     paths += write_table(table, checkpoint, out_dir)
-  paths += write_figure(summary, results, profile, checkpoint, out_dir)
+    if note:
+      add_campaign_column(paths[-1], note)
+  paths += write_figure(summary, results, profile, checkpoint, out_dir, caption=note)
   return paths
 
 
