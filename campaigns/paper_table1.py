@@ -5,9 +5,9 @@
   python -m lra_luna.campaign campaigns/paper_table1.py --dir runs/paper_table1 \\
       --launcher slurm --partition gpu --gpus_per_job 1 --time_min 1440              # Slurm
 
-Protocol 'lra' (LRA's steps and batch sizes, configs/<task>.py). The authors' protocol is the
-config word `paper` (issue 19): set c.protocol = 'paper' and use another --dir once it exists.
-Path-X is left out, as in the papers' averages.
+Protocol 'lra' (LRA's steps and batch sizes, configs/<task>.py); the same grid on the Luna
+authors' protocol is campaigns/paper_table1_authors.py. Path-X is left out, as in the papers'
+averages.
 """
 
 from lra_luna import campaign

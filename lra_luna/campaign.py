@@ -52,8 +52,8 @@ import submitit
 
 from lra_luna import config_lib
 from lra_luna import sweep
-from lra_luna.training import metrics as metrics_lib
-from lra_luna.training import train
+from lra_luna.models import model_config
+from lra_luna.training import run_folder
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SPEC_FILE = 'campaign.json'     # what report reads for its captions (report.CAMPAIGN_FILE)
@@ -63,7 +63,6 @@ REPORT_DIR = 'report'
 PROFILE_JOB = 'profile'
 PROTOCOLS = ('lra', 'paper')    # 'paper': the authors' protocol, the config variant word `paper`
 VARIANTS = ('', 'quick')
-HEADS = ('cls', 'mean', 'mean_p')
 PROTOCOL_SEEDS = 5              # seeds per row in the papers' tables
 ATTEMPTS = 2                    # a failed job is resubmitted once per driver run
 
@@ -74,7 +73,8 @@ def base_spec() -> ml_collections.ConfigDict:
   c.name = ''                       # a label for captions
   c.tasks = []                      # config_lib.TASKS
   c.models = []                     # config_lib.MODELS
-  c.heads = ['cls']                 # 'cls' | 'mean' | 'mean_p' ('mean_p' runs for Luna models only)
+  # 'cls' | 'mean' | 'mean_p' ('mean_p' runs for Luna models only); [] = each config's own head.
+  c.heads = ['cls']
   c.seeds = [0, 1, 2, 3, 4]         # training seeds, vmapped within a group
   c.protocol = 'lra'                # 'lra' | 'paper' (the authors' protocol: config word `paper`)
   c.variant = ''                    # '' the full configs | 'quick' the 2-core CPU variants
@@ -119,7 +119,7 @@ def load_spec(path) -> ml_collections.ConfigDict:
     raise CampaignError(f'{path}: {type(e).__name__}: {e}') from None
   for field, values, choices in (('tasks', spec.tasks, config_lib.TASKS),
                                  ('models', spec.models, config_lib.MODELS),
-                                 ('heads', spec.heads, HEADS),
+                                 ('heads', spec.heads, model_config.HEADS),
                                  ('protocol', [spec.protocol], PROTOCOLS),
                                  ('variant', [spec.variant], VARIANTS),
                                  ('profile.models', spec.profile.models, config_lib.MODELS)):
@@ -127,8 +127,8 @@ def load_spec(path) -> ml_collections.ConfigDict:
     if unknown:
       raise CampaignError(f'{path}: {field} {unknown[0]!r} is unknown; valid choices: '
                           f'{list(choices)}.')
-  if not (spec.tasks and spec.models and spec.heads and spec.seeds):
-    raise CampaignError(f'{path}: tasks, models, heads and seeds must each name at least one.')
+  if not (spec.tasks and spec.models and spec.seeds):
+    raise CampaignError(f'{path}: tasks, models and seeds must each name at least one.')
   return spec
 
 
@@ -144,20 +144,13 @@ def plan(spec, campaign_dir: pathlib.Path) -> dict:
   for task in spec.tasks:
     for model in spec.models:
       # Only Luna has P (the spec says so once, rather than sweep for every other model).
-      heads = [h for h in spec.heads if h != 'mean_p' or config_lib.MODELS[model][0] == 'luna']
-      if not heads:
-        continue
+      heads = [h for h in spec.heads if h in model_config.heads_of(config_lib.MODELS[model][0])]
+      if spec.heads and not heads:
+        continue  # (no heads at all: each config's own head)
       try:
         runs = sweep.plan([config_spec(task, model, spec.protocol, spec.variant)],
                           list(spec.seeds), heads, list(spec.overrides), campaign_dir)
       except ValueError as e:
-        if spec.protocol == 'paper':
-          try:
-            config_lib.load_config(config_spec(task, model, spec.protocol, spec.variant))
-          except ValueError:
-            raise CampaignError(
-                f"protocol 'paper': configs/{task}.py does not accept the variant word 'paper' "
-                "(the authors' protocol, issue 19); use protocol 'lra'.") from None
         raise CampaignError(str(e)) from None
       for run in runs:
         groups.setdefault((task, model, run.head), []).append(run)
@@ -204,7 +197,7 @@ def clear_stale_runs(groups: dict) -> None:
   """With --force: deletes run folders that hold another config than the spec now gives."""
   for runs in groups.values():
     for run in runs:
-      saved = run.workdir / train.CONFIG_FILE
+      saved = run.workdir / run_folder.CONFIG_FILE
       if saved.exists() and json.loads(saved.read_text()) != json.loads(run.config.to_json()):
         print(f'{run.name}: its config changed; starting it anew.', flush=True)
         shutil.rmtree(run.workdir)
@@ -462,7 +455,7 @@ class Campaign:
     self.jobs = json.loads(self.jobs_path.read_text()) if self.jobs_path.exists() else {}
 
   def save_jobs(self) -> None:
-    metrics_lib.write_json_atomically(self.jobs_path, self.jobs)
+    run_folder.write_json_atomically(self.jobs_path, self.jobs)
 
   def group_finished(self, name: str) -> bool:
     if name == PROFILE_JOB:
@@ -556,7 +549,7 @@ class Campaign:
       state = self.job_state(name)
       job = self.jobs.get(name, {}).get('job_id', '-')
       for run in runs:
-        rows = metrics_lib.read_jsonl(run.workdir / metrics_lib.METRICS_FILE)
+        rows = run_folder.read_jsonl(run.workdir / run_folder.METRICS_FILE)
         step = max((row['step'] for row in rows), default=0)
         accuracies = [row['val_accuracy'] for row in rows if 'val_accuracy' in row]
         best = f'{max(accuracies):.4f}' if accuracies else '-'
@@ -623,7 +616,7 @@ def main(argv=None) -> int:
     if args.force:
       clear_stale_runs(campaign.groups)
     facts = cut_short_facts(spec, campaign.groups)
-    metrics_lib.write_json_atomically(campaign_dir / SPEC_FILE,
+    run_folder.write_json_atomically(campaign_dir / SPEC_FILE,
                                       {'spec': json.loads(spec.to_json()), 'facts': facts})
     names = [group_name(key) for key in campaign.groups]
     print(f'Campaign {spec.name or args.spec}: {len(names)} jobs '

@@ -14,8 +14,7 @@ import pytest
 
 from lra_luna import campaign
 from lra_luna.training import checkpoints
-from lra_luna.training import metrics as metrics_lib
-from lra_luna.training import train
+from lra_luna.training import run_folder
 
 # ml_collections' config_flags loads config files with the deprecated load_module().
 pytestmark = pytest.mark.filterwarnings('ignore:the load_module:DeprecationWarning')
@@ -81,7 +80,7 @@ def finish(process, timeout=600) -> str:
 def results(campaign_dir) -> dict:
   """{run folder relative to the campaign: its results.json}."""
   return {str(p.parent.relative_to(campaign_dir)): json.loads(p.read_text())
-          for p in sorted(pathlib.Path(campaign_dir).rglob(train.RESULTS_FILE))}
+          for p in sorted(pathlib.Path(campaign_dir).rglob(run_folder.RESULTS_FILE))}
 
 
 def wait_for(condition, what: str, timeout=300):
@@ -163,12 +162,12 @@ def test_slurm_launcher_needs_sbatch(tmp_path, env, capsys, monkeypatch):
 def test_folder_of_another_spec_is_refused_unless_forced(tmp_path, env, capsys):
   first = campaign.load_spec(write_spec(tmp_path / 'a.py'))
   campaign_dir = tmp_path / 'c'
-  metrics_lib.write_json_atomically(campaign_dir / campaign.SPEC_FILE,
+  run_folder.write_json_atomically(campaign_dir / campaign.SPEC_FILE,
                                     {'spec': json.loads(first.to_json()), 'facts': {}})
   # A run folder of the first spec that the second changes (its steps).
   run = campaign.plan(first, campaign_dir)[('listops', 'luna16', 'cls')][0]
   run.workdir.mkdir(parents=True)
-  (run.workdir / train.CONFIG_FILE).write_text(run.config.to_json())
+  (run.workdir / run_folder.CONFIG_FILE).write_text(run.config.to_json())
   second = write_spec(tmp_path / 'b.py', seeds=[0, 1, 2],
                       overrides=[*TINY, 'num_train_steps=70'])
   assert campaign.main([str(second), '--dir', str(campaign_dir)]) == 1
@@ -200,7 +199,7 @@ def test_estimate_hours_from_steps_per_second_or_flops(tmp_path):
   groups = campaign.plan(spec, tmp_path)
   points = [{'model': 'transformer', 'status': 'ok', 'steps_per_s': 2.0, 'flops_per_step': 3e12},
             {'model': 'luna16', 'status': 'oom'}]
-  metrics_lib.write_json_atomically(tmp_path / campaign.ESTIMATE_DIR / 'listops' / 'profile.json',
+  run_folder.write_json_atomically(tmp_path / campaign.ESTIMATE_DIR / 'listops' / 'profile.json',
                                     {'device': {'device_kind': 'H100'}, 'points': points})
   timed = campaign.estimate_hours(groups, tmp_path, None)
   assert [row[:5] for row in timed] == [('listops', 'transformer', 'cls', 120, 120 / 2.0 / 3600),
@@ -250,8 +249,8 @@ def test_status_lists_every_run(reference, env):
   runs = {row[0]: row for row in rows if row[0].startswith('listops/')}
   assert sorted(runs) == ['listops/luna16/cls/seed0', 'listops/luna16/cls/seed1']
   for name, row in runs.items():
-    best = max(r['val_accuracy'] for r in metrics_lib.read_jsonl(
-        campaign_dir / name / metrics_lib.METRICS_FILE) if 'val_accuracy' in r)
+    best = max(r['val_accuracy'] for r in run_folder.read_jsonl(
+        campaign_dir / name / run_folder.METRICS_FILE) if 'val_accuracy' in r)
     assert row[1:3] == ['done', '60/60'] and float(row[3]) == pytest.approx(best, abs=1e-4)
   assert rows[-1][-1] == 'done'  # the profile
 
@@ -429,3 +428,14 @@ def test_slurm_campaign_survives_scancel(tmp_path, slurm):
   # Rerunning the same command finds everything done: nothing is submitted.
   rerun = finish(driver(spec, campaign_dir, *arguments, env=slurm))
   assert 'submitted' not in rerun and squeue(slurm) == []
+
+
+def test_the_authors_grid_runs_each_task_with_its_own_head_on_the_paper_protocol(tmp_path):
+  spec = campaign.load_spec(REPO / 'campaigns' / 'paper_table1_authors.py')
+  groups = campaign.plan(spec, tmp_path)
+  configs = {key: runs[0].config for key, runs in groups.items()}
+  assert {c.protocol for c in configs.values()} == {'paper'}
+  assert configs[('pathfinder', 'luna16', 'mean')].model.mean_includes_cls
+  assert configs[('listops', 'luna16', 'cls')].num_train_steps == 5000
+  assert {key[2] for key in configs} == {'cls', 'mean'}
+  assert len(groups) == len(spec.tasks) * len(spec.models)
