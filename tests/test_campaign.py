@@ -13,7 +13,6 @@ import time
 import pytest
 
 from lra_luna import campaign
-from lra_luna.training import checkpoints
 from lra_luna.training import run_folder
 
 # ml_collections' config_flags loads config files with the deprecated load_module().
@@ -97,7 +96,7 @@ def job_of(campaign_dir, group: str):
 
 def has_checkpoint(campaign_dir, group):
   """Whether every seed of the group has a finished (renamed by orbax) latest checkpoint."""
-  return all(checkpoints.saved_step(campaign_dir / group / f'seed{s}', 'latest')
+  return all(run_folder.saved_step(campaign_dir / group / f'seed{s}', 'latest')
              for s in (0, 1))
 
 
