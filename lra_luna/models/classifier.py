@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 
 from lra_luna.models import attention as attention_lib
+from lra_luna.models.dropout import Dropout
 from lra_luna.models import layers
 from lra_luna.models import plugins
 
@@ -63,7 +64,7 @@ class Embedding(nnx.Module):
     else:
       raise ValueError(f"Unknown positions {positions!r}; valid choices: 'learned', 'sinusoidal'.")
     self.layernorm = layers.LayerNorm(dim, dtype=dtype) if use_layernorm else None
-    self.dropout = nnx.Dropout(dropout)
+    self.dropout = Dropout(dropout)
     self.dtype = dtype
 
   def __call__(self, ids, mask, *, deterministic=True, rngs=None):
@@ -107,7 +108,7 @@ class TransformerBlock(nnx.Module):
     self.attention = build_self_attention(mc, dtype, rngs)
     self.ffn_norm = layers.LayerNorm(mc.dim, dtype=dtype)
     self.ffn = layers.FeedForward(mc.dim, mc.ffn_dim, init=mc.init, dtype=dtype, rngs=rngs)
-    self.dropout = nnx.Dropout(mc.dropout)
+    self.dropout = Dropout(mc.dropout)
 
   def __call__(self, x, mask, *, deterministic=True, rngs=None):
     drop = lambda y: self.dropout(y, deterministic=deterministic, rngs=rngs)
@@ -150,7 +151,7 @@ class LunaEncoderLayer(nnx.Module):
     self.p_norm = layers.LayerNorm(mc.dim, dtype=dtype)
     self.ffn_norm = layers.LayerNorm(mc.dim, dtype=dtype)
     self.ffn = layers.FeedForward(mc.dim, mc.ffn_dim, init=mc.init, dtype=dtype, rngs=rngs)
-    self.dropout = nnx.Dropout(mc.dropout)
+    self.dropout = Dropout(mc.dropout)
 
   def __call__(self, x, p, x_mask, p_mask, *, deterministic=True, rngs=None):
     # Independent dropout masks for X and P: each call draws a fresh key from rngs.
@@ -183,7 +184,7 @@ class PackedSequence(nnx.Module):
     else:
       raise ValueError(f"Unknown p_init {p_init!r}; valid choices: 'learned', 'sinusoidal'.")
     self.norm = layers.LayerNorm(dim, dtype=dtype)
-    self.dropout = nnx.Dropout(dropout)
+    self.dropout = Dropout(dropout)
 
   def __call__(self, batch_size, p_mask, *, deterministic=True, rngs=None):
     p = self.norm(self.table[...])
