@@ -27,6 +27,9 @@ time when other work shares the CPU), peak RSS, and the ratios ours / peer of st
 per CPU second and of RSS. The Transformers run at --transformer_batch_sizes only (batch 8 at 4K
 forms 2 GB attention matrices per layer: more than this machine holds).
 Writes peers.json and peers.md to --out_dir and prints the table.
+
+Before / after a change, in one interleaved run: `git worktree add /tmp/before <commit>`, then
+  python benchmarks/peers.py --sides luna16 --trees /tmp/before --lengths 4096 --batch_sizes 1
 """
 
 import argparse
@@ -43,14 +46,16 @@ import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # Run as a script: make lra_luna importable.
+# The lra_luna to time: this checkout, or in a worker of --trees another version of it.
+TREE = pathlib.Path(os.environ.get('LRA_LUNA_TREE', REPO))
+sys.path.insert(0, str(TREE))  # Run as a script: make lra_luna importable.
 DEFAULT_FAIRSEQ_APOLLO = pathlib.Path('/work/.mirror/XuezheMax+fairseq-apollo/repo')
 FAIRSEQ_FILES = {  # Their file -> where it goes in the stub package.
     'fairseq/modules/luna_attention.py': 'fairseq/modules/luna_attention.py',
     'fairseq/modules/luna_sentence_encoder.py': 'fairseq/modules/luna_sentence_encoder.py',
     'fairseq/models/lra/luna_lra_encoder.py': 'fairseq/luna_lra_encoder.py',
 }
-TEXT_CONFIG = REPO / 'configs' / 'text.py'
+TEXT_CONFIG = TREE / 'configs' / 'text.py'
 MATMUL_SIZE = 2048
 OURS = ('luna16', 'transformer_fused', 'transformer')
 # Peer -> (our side it is compared with, whose FLOP count both use).
@@ -272,7 +277,9 @@ class Worker:
   def __init__(self, side: str, length: int, batch_size: int, args, fairseq_dir: str,
                sizes: dict):
     self.side = side
-    env = dict(os.environ, PYTHONPATH=str(REPO),
+    side, _, tree = side.partition('@')  # 'luna16@DIR': our luna16 as the checkout DIR has it.
+    tree = tree or str(REPO)
+    env = dict(os.environ, PYTHONPATH=tree, LRA_LUNA_TREE=tree,
                JAX_PLATFORMS=os.environ.get('JAX_PLATFORMS', 'cpu'),
                # libgomp's threads otherwise spin at every barrier: on a CPU shared with other
                # work that made PyTorch's 2-thread step several times slower than 1 thread.
@@ -401,6 +408,9 @@ def main() -> None:
                       'torch_transformer,transformer')
   parser.add_argument('--fairseq_apollo', default=str(DEFAULT_FAIRSEQ_APOLLO),
                       help='a checkout or bare git dir of XuezheMax/fairseq-apollo')
+  parser.add_argument('--trees', default='',
+                      help='other checkouts of this project (e.g. `git worktree add DIR <commit>`)'
+                      '; each of our sides also runs from each, labelled side@DIR')
   parser.add_argument('--out_dir', default='runs/peers')
   # Worker-only flags.
   parser.add_argument('--worker', help=argparse.SUPPRESS)
@@ -417,6 +427,10 @@ def main() -> None:
   unknown = sorted(set(sides) - set(OURS) - set(PEERS))
   if unknown:
     sys.exit(f'error: --sides: unknown {unknown}; valid: {sorted({*OURS, *PEERS})}')
+  for tree in filter(None, args.trees.split(',')):
+    if not (pathlib.Path(tree) / 'lra_luna').is_dir():
+      sys.exit(f'error: --trees: {tree} holds no lra_luna/; give checkouts of this project')
+    sides += [f'{side}@{tree}' for side in sides if side in OURS]
   if any(side in PEERS for side in sides):
     try:
       import torch  # pylint: disable=g-import-not-at-top,unused-import
@@ -436,7 +450,8 @@ def main() -> None:
     for length in [int(v) for v in args.lengths.split(',')]:
       for batch_size in [int(v) for v in args.batch_sizes.split(',')]:
         transformer_ok = str(batch_size) in args.transformer_batch_sizes.split(',')
-        point_sides = ['matmul'] + [s for s in sides if transformer_ok or s not in TRANSFORMERS]
+        point_sides = ['matmul'] + [s for s in sides
+                                     if transformer_ok or s.partition('@')[0] not in TRANSFORMERS]
         result = measure(point_sides, length, batch_size, args, fairseq_dir, sizes)
         matmul = result.pop('matmul')
         points.append({'length': length, 'batch_size': batch_size, 'sides': result,
