@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from lra_luna.models.dropout import Dropout
+
 # Large negative score for masked keys. finfo.min rather than -inf keeps a fully masked row finite.
 MASKED_SCORE = float(jnp.finfo(jnp.float32).min)
 
@@ -77,7 +79,7 @@ def masked_softmax(scores: jax.Array, key_mask: jax.Array | None) -> jax.Array:
   return jax.nn.softmax(scores, axis=-1)
 
 
-def scaled_dot_product(query, key, value, key_mask, dropout: nnx.Dropout, *, deterministic,
+def scaled_dot_product(query, key, value, key_mask, dropout: Dropout, *, deterministic,
                        rngs) -> jax.Array:
   """softmax(q k^T) v with q already scaled; q [B,h,m,d], k/v [B,h,n,d] -> [B,h,m,d]."""
   scores = jnp.einsum('bhmd,bhnd->bhmn', query, key)
@@ -107,7 +109,7 @@ class SoftmaxAttention(nnx.Module):
     self.key = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
     self.value = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
     self.out = projection(dim, init=init, role='out', dtype=dtype, rngs=rngs)
-    self.dropout = nnx.Dropout(attention_dropout)
+    self.dropout = Dropout(attention_dropout)
 
   def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
     head_dim = x.shape[-1] // self.num_heads
@@ -150,7 +152,7 @@ class LunaAttention(nnx.Module):
     self.unpack_key = projection(dim, **qkv)
     self.unpack_value = None if tie_kv else projection(dim, **qkv)
     self.out = projection(dim, init=init, role='out', dtype=dtype, rngs=rngs)
-    self.dropout = nnx.Dropout(attention_dropout)
+    self.dropout = Dropout(attention_dropout)
 
   def __call__(self, x, p, x_mask, p_mask, *, deterministic: bool = True,
                rngs: nnx.Rngs | None = None):

@@ -14,6 +14,7 @@ from flax import nnx
 
 from lra_luna.models.attention import (merge_heads, projection, projection_init, scaled_dot_product,
                                 split_heads)
+from lra_luna.models.dropout import Dropout
 
 
 class _QKVOutAttention(nnx.Module):
@@ -62,7 +63,7 @@ class LinformerAttention(_QKVOutAttention):
     length_init = projection_init(init, 'qkv')
     self.key_length_proj = nnx.Param(length_init(rngs.params(), (projected_length, max_length)))
     self.value_length_proj = nnx.Param(length_init(rngs.params(), (projected_length, max_length)))
-    self.dropout = nnx.Dropout(attention_dropout)
+    self.dropout = Dropout(attention_dropout)
 
   def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
     n = x.shape[1]
@@ -272,7 +273,7 @@ class LocalAttention(_QKVOutAttention):
     del max_length  # Unused.
     super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs)
     self.block_size = block_size
-    self.dropout = nnx.Dropout(attention_dropout)
+    self.dropout = Dropout(attention_dropout)
 
   def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
     b, n, _ = x.shape

@@ -26,6 +26,7 @@ from flax import nnx
 
 from lra_luna.models import layers
 from lra_luna.models.attention import merge_heads, projection, projection_init, split_heads
+from lra_luna.models.dropout import Dropout
 
 IMPLEMENTATIONS = ('chunked', 'cumsum', 'direct')
 FEATURE_MAPS = ('softplus', 'elu')
@@ -210,7 +211,7 @@ class CausalLunaAttention(nnx.Module):
     self.key = projection(dim, **qkv)
     self.value = None if tie_kv else projection(dim, **qkv)
     self.out = projection(dim, init=init, role='out', dtype=dtype, rngs=rngs)
-    self.dropout = nnx.Dropout(attention_dropout)
+    self.dropout = Dropout(attention_dropout)
 
   def project_pack(self, p: jax.Array, batch_size: int) -> jax.Array:
     """pq = Linear_pq(P) * dh^-1/2 per head; p [l, D] or [B, l, D] -> [B, H, l, dh]."""
@@ -309,7 +310,7 @@ class CausalLunaDecoderLayer(nnx.Module):
     self.ffn_out = nnx.Linear(ffn_dim, dim, kernel_init=ffn_init, dtype=dtype, rngs=rngs)
     self.attention_norm = layers.LayerNorm(dim, dtype=dtype)
     self.ffn_norm = layers.LayerNorm(dim, dtype=dtype)
-    self.dropout = nnx.Dropout(dropout)
+    self.dropout = Dropout(dropout)
 
   def _feed_forward(self, x, *, deterministic, rngs):
     hidden = self.ffn_in(x)
@@ -364,7 +365,7 @@ class CausalLunaLM(nnx.Module):
     self.position_embed = nnx.Embed(max_length, dim, embedding_init=embed_init, dtype=dtype,
                                     rngs=rngs)
     self.embed_norm = layers.LayerNorm(dim, dtype=dtype)
-    self.dropout = nnx.Dropout(dropout)
+    self.dropout = Dropout(dropout)
     self.layers = nnx.List([
         CausalLunaDecoderLayer(
             dim, num_heads, ffn_dim, pack_length, dropout=dropout,

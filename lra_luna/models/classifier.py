@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 
 from lra_luna.models import attention as attention_lib
+from lra_luna.models.dropout import Dropout
 from lra_luna.models import layers
 from lra_luna.models import plugins
 from lra_luna.models.model_config import ModelConfig
@@ -57,7 +58,7 @@ class Embedding(nnx.Module):
     else:  # 'sinusoidal'
       self.positions = nnx.Variable(jnp.asarray(sinusoidal_table(max_length + 1, dim)))
     self.layernorm = layers.LayerNorm(dim, dtype=dtype) if use_layernorm else None
-    self.dropout = nnx.Dropout(dropout)
+    self.dropout = Dropout(dropout)
     self.dtype = dtype
 
   @classmethod
@@ -109,7 +110,7 @@ class TransformerBlock(nnx.Module):
     self.attention = build_self_attention(cfg, rngs)
     self.ffn_norm = layers.LayerNorm(cfg.dim, dtype=dtype)
     self.ffn = layers.FeedForward(cfg.dim, cfg.ffn_dim, init=cfg.init, dtype=dtype, rngs=rngs)
-    self.dropout = nnx.Dropout(cfg.dropout)
+    self.dropout = Dropout(cfg.dropout)
 
   def __call__(self, x, mask, *, deterministic=True, rngs=None):
     drop = lambda y: self.dropout(y, deterministic=deterministic, rngs=rngs)
@@ -151,7 +152,7 @@ class LunaEncoderLayer(nnx.Module):
     self.p_norm = layers.LayerNorm(cfg.dim, dtype=dtype)
     self.ffn_norm = layers.LayerNorm(cfg.dim, dtype=dtype)
     self.ffn = layers.FeedForward(cfg.dim, cfg.ffn_dim, init=cfg.init, dtype=dtype, rngs=rngs)
-    self.dropout = nnx.Dropout(cfg.dropout)
+    self.dropout = Dropout(cfg.dropout)
 
   def __call__(self, x, p, x_mask, p_mask, *, deterministic=True, rngs=None):
     # Independent dropout masks for X and P: each call draws a fresh key from rngs.
@@ -182,7 +183,7 @@ class PackedSequence(nnx.Module):
     else:  # 'sinusoidal'
       self.table = nnx.Variable(jnp.asarray(sinusoidal_table(length, dim)))
     self.norm = layers.LayerNorm(dim, dtype=dtype)
-    self.dropout = nnx.Dropout(dropout)
+    self.dropout = Dropout(dropout)
 
   def __call__(self, batch_size, p_mask, *, deterministic=True, rngs=None):
     p = self.norm(self.table[...])

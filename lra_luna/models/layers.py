@@ -55,7 +55,11 @@ def _gelu_then_project_forward(hidden, kernel, bias):
 
 def _gelu_then_project_backward(residuals, grad_out):
   hidden, activation, kernel = residuals
-  grad_kernel = jnp.einsum('...i,...o->io', activation, grad_out)
+  # One 2-D matmul over the flattened rows: contracting the batch and length axes together
+  # (einsum '...i,...o->io') made XLA recompute GELU inside a transposing copy, the costliest
+  # elementwise op of the CPU step.
+  grad_kernel = jnp.dot(activation.reshape(-1, activation.shape[-1]).T,
+                        grad_out.reshape(-1, grad_out.shape[-1]))
   grad_bias = grad_out.reshape(-1, grad_out.shape[-1]).sum(0)
   grad_hidden = jnp.dot(grad_out, kernel.T) * gelu_slope(hidden)
   return grad_hidden, grad_kernel, grad_bias
