@@ -656,12 +656,11 @@ def parse_args(argv):
   except (ValueError, FileNotFoundError) as e:
     parser.error(str(e))
   # Absolute, so that worker processes (run from the repository root) find it.
+  _, sep, arg = args.config.partition(':')
   try:
-    args.config = config_lib.resolved_spec(args.config)
+    args.config = f'{config_lib.config_spec_path(args.config).resolve()}{sep}{arg}'
   except ValueError as e:
     parser.error(str(e))
-  path, sep, arg = args.config.partition(':')
-  args.config = str(pathlib.Path(path).resolve()) + sep + arg
   return args
 
 
