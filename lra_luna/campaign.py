@@ -289,7 +289,8 @@ def estimate_hours(groups: dict, campaign_dir: pathlib.Path, assume_tflops) -> l
 
 
 def print_estimate(rows: list, assume_tflops) -> None:
-  kind = (f'compiled FLOPs at an assumed {assume_tflops} TFLOP/s sustained' if assume_tflops
+  kind = (f"XLA's FLOPs per step at an assumed {assume_tflops} TFLOP/s sustained"
+          if assume_tflops
           else "the profiler's steps/s on the jobs' device")
   print(f'ESTIMATE of the training cost in device-hours, from {kind}; evaluation, compilation '
         'and queueing not counted:')
