@@ -379,12 +379,8 @@ def table(points) -> str:
 
 def machine(threads: int) -> str:
   import jax  # pylint: disable=g-import-not-at-top
-  cpu = platform.processor() or platform.machine()
-  cpuinfo = pathlib.Path('/proc/cpuinfo')
-  if cpuinfo.exists():
-    names = [l.split(':', 1)[1].strip() for l in cpuinfo.read_text().splitlines()
-             if l.startswith('model name')]
-    cpu = names[0] if names else cpu
+  from lra_luna import profile  # pylint: disable=g-import-not-at-top
+  cpu = profile.cpu_name()
   try:
     import torch  # pylint: disable=g-import-not-at-top
     torch_version = torch.__version__

@@ -14,7 +14,6 @@ step advances every seed; the first logged interval, which holds the compilation
 import argparse
 import os
 import pathlib
-import platform
 import shutil
 import statistics
 import sys
@@ -33,12 +32,8 @@ from lra_luna import sweep  # pylint: disable=g-import-not-at-top
 def machine(load_at_start) -> str:
   """CPU, cores, JAX and its device. Call it after the sequential runs: touching the device here
   first would claim an accelerator's memory before their processes start."""
-  cpu = platform.processor() or platform.machine()
-  cpuinfo = pathlib.Path('/proc/cpuinfo')
-  if cpuinfo.exists():
-    names = [l.split(':', 1)[1].strip() for l in cpuinfo.read_text().splitlines()
-             if l.startswith('model name')]
-    cpu = names[0] if names else cpu
+  from lra_luna import profile  # pylint: disable=g-import-not-at-top
+  cpu = profile.cpu_name()
   device = jax.devices()[0]
   load = ', '.join(f'{x:.1f}' for x in load_at_start)
   return (f'{cpu}, {os.cpu_count()} cores; JAX {jax.__version__} on {device.platform} '

@@ -33,6 +33,7 @@ import functools
 import json
 import os
 import pathlib
+import platform
 import subprocess
 import sys
 import tempfile
@@ -272,6 +273,15 @@ def profile_point_isolated(args, model_name: str, length: int) -> dict:
                      f'worker exited with {done.returncode}: {done.stderr}')
   raise RuntimeError(f'Profiling {model_name} at length {length} failed (exit '
                      f'{done.returncode}):\n{done.stderr[-4000:]}')
+
+
+def cpu_name() -> str:
+  """The processor's model name (/proc/cpuinfo), else what `platform` knows."""
+  cpuinfo = pathlib.Path('/proc/cpuinfo')
+  names = [line.split(':', 1)[1].strip() for line in
+           (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+           if line.startswith('model name')]
+  return names[0] if names else (platform.processor() or platform.machine())
 
 
 def device_info() -> dict:
