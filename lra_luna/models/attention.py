@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lra_luna.models.dropout import Dropout
+from lra_luna.models.linear import Linear, dense
 
 # Large negative score for masked keys. finfo.min rather than -inf keeps a fully masked row finite.
 MASKED_SCORE = float(jnp.finfo(jnp.float32).min)
@@ -37,9 +38,9 @@ def projection_init(init: str, role: str):
   raise ValueError(f"Unknown init {init!r}; valid choices: 'reference', 'bert'.")
 
 
-def projection(dim: int, *, init: str, role: str, dtype, rngs: nnx.Rngs) -> nnx.Linear:
+def projection(dim: int, *, init: str, role: str, dtype, rngs: nnx.Rngs) -> Linear:
   """A D -> D Linear with bias (bias initialised to 0), float32 parameters."""
-  return nnx.Linear(dim, dim, kernel_init=projection_init(init, role), dtype=dtype, rngs=rngs)
+  return Linear(dim, dim, kernel_init=projection_init(init, role), dtype=dtype, rngs=rngs)
 
 
 def project_together(x: jax.Array, layers) -> list:
@@ -51,7 +52,7 @@ def project_together(x: jax.Array, layers) -> list:
   kernel = jnp.concatenate([layer.kernel[...] for layer in distinct], axis=1)
   bias = jnp.concatenate([layer.bias[...] for layer in distinct], axis=0)
   dtype = distinct[0].dtype or x.dtype
-  y = jnp.dot(x.astype(dtype), kernel.astype(dtype)) + bias.astype(dtype)
+  y = dense(x.astype(dtype), kernel.astype(dtype), bias.astype(dtype))
   outputs = jnp.split(y, len(distinct), axis=-1)
   result = []
   for layer in layers:

@@ -27,6 +27,7 @@ from flax import nnx
 from lra_luna.models import layers
 from lra_luna.models.attention import merge_heads, projection, projection_init, split_heads
 from lra_luna.models.dropout import Dropout
+from lra_luna.models.linear import Linear
 
 IMPLEMENTATIONS = ('chunked', 'cumsum', 'direct')
 FEATURE_MAPS = ('softplus', 'elu')
@@ -306,8 +307,8 @@ class CausalLunaDecoderLayer(nnx.Module):
         feature_map=feature_map, chunk_size=chunk_size, implementation=implementation, init=init,
         dtype=dtype, rngs=rngs)
     ffn_init = projection_init(init, 'out')
-    self.ffn_in = nnx.Linear(dim, ffn_dim, kernel_init=ffn_init, dtype=dtype, rngs=rngs)
-    self.ffn_out = nnx.Linear(ffn_dim, dim, kernel_init=ffn_init, dtype=dtype, rngs=rngs)
+    self.ffn_in = Linear(dim, ffn_dim, kernel_init=ffn_init, dtype=dtype, rngs=rngs)
+    self.ffn_out = Linear(ffn_dim, dim, kernel_init=ffn_init, dtype=dtype, rngs=rngs)
     self.attention_norm = layers.LayerNorm(dim, dtype=dtype)
     self.ffn_norm = layers.LayerNorm(dim, dtype=dtype)
     self.dropout = Dropout(dropout)
@@ -373,8 +374,8 @@ class CausalLunaLM(nnx.Module):
             feature_map=feature_map, chunk_size=chunk_size, implementation=implementation,
             init=init, dtype=dtype, rngs=rngs)
         for _ in range(num_layers)])
-    self.lm_head = nnx.Linear(dim, vocab_size, kernel_init=projection_init(init, 'out'),
-                              dtype=dtype, rngs=rngs)
+    self.lm_head = Linear(dim, vocab_size, kernel_init=projection_init(init, 'out'),
+                          dtype=dtype, rngs=rngs)
 
   def _embed(self, tokens, positions, *, deterministic, rngs):
     x = self.token_embed(tokens) + self.position_embed(positions)

@@ -23,6 +23,7 @@ import numpy as np
 from flax import nnx
 
 from lra_luna.models import attention as attention_lib
+from lra_luna.models.linear import Linear, kernel_gradient
 
 LAYER_NORM_EPS = 1e-5  # The Luna reference's (and PyTorch's) default.
 
@@ -58,8 +59,7 @@ def _gelu_then_project_backward(residuals, grad_out):
   # One 2-D matmul over the flattened rows: contracting the batch and length axes together
   # (einsum '...i,...o->io') made XLA recompute GELU inside a transposing copy, the costliest
   # elementwise op of the CPU step.
-  grad_kernel = jnp.dot(activation.reshape(-1, activation.shape[-1]).T,
-                        grad_out.reshape(-1, grad_out.shape[-1]))
+  grad_kernel = kernel_gradient(activation, grad_out)
   grad_bias = grad_out.reshape(-1, grad_out.shape[-1]).sum(0)
   grad_hidden = jnp.dot(grad_out, kernel.T) * gelu_slope(hidden)
   return grad_hidden, grad_kernel, grad_bias
@@ -73,8 +73,8 @@ class FeedForward(nnx.Module):
 
   def __init__(self, dim: int, hidden: int, *, init: str, dtype, rngs: nnx.Rngs):
     kernel_init = attention_lib.projection_init(init, 'out')
-    self.up = nnx.Linear(dim, hidden, kernel_init=kernel_init, dtype=dtype, rngs=rngs)
-    self.down = nnx.Linear(hidden, dim, kernel_init=kernel_init, dtype=dtype, rngs=rngs)
+    self.up = Linear(dim, hidden, kernel_init=kernel_init, dtype=dtype, rngs=rngs)
+    self.down = Linear(hidden, dim, kernel_init=kernel_init, dtype=dtype, rngs=rngs)
 
   def __call__(self, x):
     hidden = self.up(x)
