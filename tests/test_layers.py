@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lra_luna.models import layers
+from lra_luna.models import layers, linear
 from lra_luna import profile
 
 
@@ -91,3 +91,36 @@ def test_feed_forward_equals_its_formula():
   want = plain_gelu_then_project(x @ ffn.up.kernel[...] + ffn.up.bias[...],
                                  ffn.down.kernel[...], ffn.down.bias[...])
   np.testing.assert_allclose(ffn(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_dense_values_and_gradients_match_autodiff():
+  """models/linear.dense (hand-written kernel gradient) equals x @ W + b differentiated plainly,
+  for a 3-D input (rows = batch x length) and a 2-D one."""
+  for shape in [(2, 9, 16), (7, 16)]:
+    x, kernel, bias, cotangent = random_arrays([shape, (16, 24), (24,), shape[:-1] + (24,)])
+    plain = lambda x, k, b: x @ k + b
+    np.testing.assert_allclose(linear.dense(x, kernel, bias), plain(x, kernel, bias),
+                               rtol=1e-6, atol=1e-6)
+    got = jax.vjp(linear.dense, x, kernel, bias)[1](cotangent)
+    want = jax.vjp(plain, x, kernel, bias)[1](cotangent)
+    for g, w in zip(got, want):
+      assert g.shape == w.shape
+      np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_is_nnx_linear_with_the_fast_gradient():
+  """Same parameters and initialisation as nnx.Linear from the same seed, same outputs and
+  parameter gradients; bfloat16 compute keeps float32 parameters and returns bfloat16."""
+  ours = linear.Linear(16, 8, rngs=nnx.Rngs(3))
+  theirs = nnx.Linear(16, 8, rngs=nnx.Rngs(3))
+  np.testing.assert_array_equal(ours.kernel[...], theirs.kernel[...])
+  (x,) = random_arrays([(3, 5, 16)])
+  loss = lambda model: jnp.sum(jnp.sin(model(x)))
+  np.testing.assert_allclose(ours(x), theirs(x), rtol=1e-6, atol=1e-6)
+  got, want = nnx.grad(loss)(ours), nnx.grad(loss)(theirs)
+  np.testing.assert_allclose(got.kernel[...], want.kernel[...], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.bias[...], want.bias[...], rtol=1e-5, atol=1e-5)
+  half = linear.Linear(16, 8, dtype=jnp.bfloat16, rngs=nnx.Rngs(3))
+  assert half.kernel[...].dtype == jnp.float32
+  assert half(x).dtype == jnp.bfloat16
+  assert nnx.grad(lambda m: jnp.sum(m(x).astype(jnp.float32)))(half).kernel[...].dtype == jnp.float32
