@@ -330,6 +330,33 @@ print('not reached')
   assert proc.stderr == 'error: second SIGINT: stopped at once, without saving.\n'
 
 
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='glibc only')
+def test_freed_step_sized_blocks_are_reused_without_page_faults():
+  """A 64 MiB block (a step's temporary buffers) freed and allocated again: glibc maps it anew
+  from the kernel (a fault per 4 KiB page) until reuse_freed_host_memory keeps it in the heap."""
+  code = '''
+import resource
+from lra_luna.training import steps
+
+def faults_of_a_fresh_block():
+  before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+  bytearray(64 << 20)  # malloc'ed, every page zeroed, freed (numpy would ask for huge pages)
+  return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+faults_of_a_fresh_block()
+without = faults_of_a_fresh_block()
+steps.reuse_freed_host_memory()
+faults_of_a_fresh_block()
+print(without, faults_of_a_fresh_block())
+'''
+  proc = subprocess.run([sys.executable, '-c', code], env=run_env(), capture_output=True,
+                        text=True, cwd=REPO, check=True, timeout=120)
+  without, reused = map(int, proc.stdout.split())
+  if without < 1000:
+    pytest.skip(f'this kernel maps the block in {without} faults already (huge pages)')
+  assert reused < without / 10, (without, reused)
+
+
 def test_top_level_flag_mistakes_get_one_line(data_dir, tmp_path):
   misspelt = [a if a != '--workdir' else '--work_dir' for a in cli_args(data_dir, tmp_path)]
   without_workdir = cli_args(data_dir, tmp_path)

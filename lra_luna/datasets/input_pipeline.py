@@ -29,6 +29,12 @@ class ArraySource:
     return {name: a[index] for name, a in self._arrays.items()}
 
 
+# One background thread keeps a few batches ready while the step runs: the arrays are in memory,
+# so one thread outpaces any step, and grain's default (16 threads, 500 batches ahead) cost more
+# CPU than the batches themselves (measured: 14 ms per batch against 5 ms), taken from the step.
+TRAIN_READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
+
+
 def stack_examples(examples):
   return {name: np.stack([e[name] for e in examples]) for name in examples[0]}
 
@@ -51,7 +57,7 @@ def train_iterator(arrays: dict, global_batch_size: int, seed: int,
              [process_index::process_count]
              .batch(global_batch_size // process_count, drop_remainder=True,
                     batch_fn=stack_examples))
-  return iter(dataset.to_iter_dataset())
+  return iter(dataset.to_iter_dataset(TRAIN_READ_OPTIONS))
 
 
 def eval_batches(arrays: dict, batch_size: int, process_index: int | None = None,
