@@ -162,7 +162,7 @@ def reuse_freed_host_memory() -> None:
 
   XLA:CPU allocates a step's temporary buffers afresh at every call (52 MB for ListOps quick),
   and glibc maps a block that big from the kernel and unmaps it when freed, so every step paid
-  the page faults of zeroing fresh memory (a quarter of the quick run's CPU time). Raising
+  the page faults of zeroing fresh memory (a fifth of the quick step's CPU time). Raising
   glibc's mmap and trim thresholds serves the block from the heap and keeps it there. Only
   glibc has mallopt; elsewhere (macOS, musl) this does nothing.
   """
