@@ -57,7 +57,10 @@ FAIRSEQ_FILES = {  # Their file -> where it goes in the stub package.
 }
 TEXT_CONFIG = TREE / 'configs' / 'text.py'
 MATMUL_SIZE = 2048
-OURS = ('luna16', 'transformer_fused', 'transformer')
+# `luna16_all_rows`: our luna16 with ModelConfig.prune_last_layer off, so that its last layer
+# computes every row as the authors' code does (the like-for-like kernel comparison).
+ALL_ROWS = '_all_rows'
+OURS = ('luna16', 'luna16' + ALL_ROWS, 'transformer_fused', 'transformer')
 # Peer -> (our side it is compared with, whose FLOP count both use).
 PEERS = {'authors_luna16': 'luna16', 'torch_transformer': 'transformer_fused'}
 TRANSFORMERS = ('transformer_fused', 'transformer', 'torch_transformer')
@@ -170,8 +173,7 @@ def jax_side(name: str, length: int, batch_size: int):
     compiled = jax.jit(jnp.dot).lower(a, a).compile()
     return (lambda: jax.block_until_ready(compiled(a, a)), 2.0 * MATMUL_SIZE**3,
             time.perf_counter() - start)
-  config = profile.point_config(str(TEXT_CONFIG), name, length, batch_size, 'float32')
-  step, state, batch, key, _ = profile.build_step(config)
+  step, state, batch, key, _ = profile.build_step(our_config(name, length, batch_size))
   compiled = step.lower(state, batch, key).compile()
   holder = {'state': state}
 
@@ -179,6 +181,25 @@ def jax_side(name: str, length: int, batch_size: int):
     holder['state'], metrics = compiled(holder['state'], batch, key)
     jax.block_until_ready((holder['state'], metrics))
   return run, profile.compiled_flops(compiled), time.perf_counter() - start
+
+
+def our_config(name: str, length: int, batch_size: int):
+  """The Text config of our side `name` (`luna16_all_rows`: luna16 computing every row)."""
+  from lra_luna import profile  # pylint: disable=g-import-not-at-top
+  config = profile.point_config(str(TEXT_CONFIG), name.removesuffix(ALL_ROWS), length, batch_size,
+                                'float32')
+  if name.endswith(ALL_ROWS):
+    config.model.prune_last_layer = False  # Trees (--trees) from before the field lack it.
+  return config
+
+
+def peer_work_flops(name: str, length: int, batch_size: int) -> float:
+  """XLA's FLOP count of our step of `name` computing every row of the last layer, as the
+  peers do (ours computes only the rows its head reads): the work behind a peer's GFLOP/s.
+  Counted on the lowered step (no compile; within 2% of the compiled count), in the driver."""
+  from lra_luna import profile  # pylint: disable=g-import-not-at-top
+  step, state, batch, key, _ = profile.build_step(our_config(name + ALL_ROWS, length, batch_size))
+  return profile.compiled_flops(step.lower(state, batch, key))
 
 
 def text_sizes() -> dict:
@@ -279,11 +300,12 @@ class Worker:
     self.side = side
     side, _, tree = side.partition('@')  # 'luna16@DIR': our luna16 as the checkout DIR has it.
     tree = tree or str(REPO)
+    # OMP_WAIT_POLICY is left as the caller's (unset: libgomp's default, a short spin, then
+    # sleep), PyTorch's best here. On the idle 2-core machine PyTorch's Luna step ran at 4.3
+    # steps/s with the default, 3.1 with PASSIVE (every wake-up is a futex) and, interleaved,
+    # ACTIVE slowed every side (a waiting worker's threads spin through the others' steps).
     env = dict(os.environ, PYTHONPATH=tree, LRA_LUNA_TREE=tree,
-               JAX_PLATFORMS=os.environ.get('JAX_PLATFORMS', 'cpu'),
-               # libgomp's threads otherwise spin at every barrier: on a CPU shared with other
-               # work that made PyTorch's 2-thread step several times slower than 1 thread.
-               OMP_WAIT_POLICY=os.environ.get('OMP_WAIT_POLICY', 'PASSIVE'))
+               JAX_PLATFORMS=os.environ.get('JAX_PLATFORMS', 'cpu'))
     command = [sys.executable, __file__, '--worker', side, '--length', str(length),
                '--batch_size', str(batch_size), '--threads', str(args.threads),
                '--warmup', str(args.warmup), '--fairseq_dir', fairseq_dir,
@@ -346,8 +368,9 @@ def measure(sides, length, batch_size, args, fairseq_dir, sizes) -> dict:
 
 
 def table(points) -> str:
-  """Markdown table of all points; GFLOP/s from our step's FLOPs for both sides, % of the
-  matmul rate measured in the same rounds."""
+  """Markdown table of all points, % of the matmul rate measured in the same rounds. GFLOP/s are
+  XLA's counts of our steps: each of our sides its own, a peer that of the step it is compared
+  with computing every row (the work the peer does)."""
   lines = ['| tokens | batch | side | steps/s (median, min-max) | GFLOP/s | % of matmul | '
            'CPU s/step | peak RSS MiB | ours / peer (steps/s, steps per CPU s, RSS) |',
            '|---|---:|---|---|---:|---:|---:|---:|---|']
@@ -355,15 +378,19 @@ def table(points) -> str:
     length, batch_size, sides = point['length'], point['batch_size'], point['sides']
     matmul_rate = point['matmul_gflops']
     for side, r in sides.items():
-      flops_side = PEERS.get(side, side)
-      flops = sides.get(flops_side, {}).get('flops')
+      if side in PEERS:
+        flops = point['peer_work_flops'][side]
+      else:
+        flops = r.get('flops')
       gflops = flops * r['steps_per_s'] / 1e9 if flops else None
-      ratio = ''
-      if side in PEERS and PEERS[side] in sides:
-        ours = sides[PEERS[side]]
-        ratio = (f"{PEERS[side]}: {ours['steps_per_s'] / r['steps_per_s']:.2f}x, "
-                 f"{r['cpu_s'] / ours['cpu_s']:.2f}x, "
-                 f"{ours['peak_rss_bytes'] / r['peak_rss_bytes']:.2f}x")
+      ratios = []
+      for name in ((PEERS[side], PEERS[side] + ALL_ROWS) if side in PEERS else ()):
+        if name in sides:
+          ours = sides[name]
+          ratios.append(f"{name}: {ours['steps_per_s'] / r['steps_per_s']:.2f}x, "
+                        f"{r['cpu_s'] / ours['cpu_s']:.2f}x, "
+                        f"{ours['peak_rss_bytes'] / r['peak_rss_bytes']:.2f}x")
+      ratio = '; '.join(ratios)
       if side == 'transformer' and 'luna16' in sides:
         luna = sides['luna16']
         ratio = (f"luna16 / this: {luna['steps_per_s'] / r['steps_per_s']:.2f}x, "
@@ -450,8 +477,11 @@ def main() -> None:
                                      if transformer_ok or s.partition('@')[0] not in TRANSFORMERS]
         result = measure(point_sides, length, batch_size, args, fairseq_dir, sizes)
         matmul = result.pop('matmul')
+        work = {peer: peer_work_flops(ours, length, batch_size)
+                for peer, ours in PEERS.items() if peer in result}
         points.append({'length': length, 'batch_size': batch_size, 'sides': result,
-                       'matmul_gflops': matmul['flops'] * matmul['steps_per_s'] / 1e9})
+                       'matmul_gflops': matmul['flops'] * matmul['steps_per_s'] / 1e9,
+                       'peer_work_flops': work})
         print(table(points[-1:]), file=sys.stderr, flush=True)
   matmul_rates = ', '.join(f"{p['matmul_gflops']:.0f}" for p in points)
   text = (f'{machine(args.threads)}. Matmul ({MATMUL_SIZE}^2 float32 jnp.dot, timed in the rounds '

@@ -122,6 +122,38 @@ def test_padding_changes_no_real_output(model_name, overrides):
   assert model({'inputs': a}).shape == (2, 3)
 
 
+PRUNING_VARIANTS = [
+    ('transformer', {}, 'cls'), ('transformer_fused', {}, 'cls'), ('linformer', {}, 'cls'),
+    ('luna16', {}, 'cls'), ('luna16', {}, 'mean_p'), ('luna16', {}, 'mean'),
+    ('luna16', {'normalize_before': True}, 'cls'), ('luna16', {'normalize_before': True}, 'mean_p'),
+    ('luna16', {'contextual_p': False, 'tie_kv': True}, 'mean_p'),
+]
+
+
+@pytest.mark.parametrize('model_name,overrides,head', PRUNING_VARIANTS)
+def test_last_layer_computes_only_the_rows_the_head_reads(model_name, overrides, head):
+  """prune_last_layer: the final X keeps only the rows the head pools ([CLS]; none for mean_p),
+  and the logits and every parameter gradient equal those of computing every row."""
+  a = real_and_padded()[0]
+  results = {}
+  for prune in (False, True):
+    mc = small_model_config(model_name, head=head, prune_last_layer=prune, dropout=0.0,
+                            attention_dropout=0.0, **overrides)
+    model = models.build_model(mc, seed=0)
+    ids, mask = models.with_cls(jnp.asarray(a), 11, True)
+    x, _ = model.encoder(ids, mask, output_rows=model.output_rows)
+    loss = lambda m: jnp.sum(jnp.sin(m({'inputs': a})))
+    value, grads = nnx.value_and_grad(loss)(model)
+    results[prune] = (x.shape[1], model({'inputs': a}), value, jax.tree.leaves(grads))
+  rows = {'cls': 1, 'mean_p': 0, 'mean': a.shape[1] + 1}[head]
+  assert (results[False][0], results[True][0]) == (a.shape[1] + 1, rows)
+  np.testing.assert_allclose(results[True][1], results[False][1], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(results[True][2], results[False][2], rtol=1e-5)
+  assert len(results[True][3]) == len(results[False][3])
+  for pruned, full in zip(results[True][3], results[False][3]):
+    np.testing.assert_allclose(pruned, full, rtol=1e-4, atol=1e-6)
+
+
 def test_mean_p_uses_p():
   mc = small_model_config('luna16', head='mean_p')
   model = models.build_model(mc, seed=0)

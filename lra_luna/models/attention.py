@@ -112,17 +112,24 @@ class SoftmaxAttention(nnx.Module):
     self.out = projection(dim, init=init, role='out', dtype=dtype, rngs=rngs)
     self.dropout = Dropout(attention_dropout)
 
-  def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
+  def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+               query_rows: int | None = None):
+    """y [B, n, D]; with `query_rows` only its first rows (every key still attended to)."""
     head_dim = x.shape[-1] // self.num_heads
+    queries = x[:, :query_rows]
+    # One matmul over x for the projections that read every row (same values as three).
+    if query_rows is None:
+      q, k, v = project_together(x, [self.query, self.key, self.value])
+    else:
+      (k, v), q = project_together(x, [self.key, self.value]), self.query(queries)
     if self.implementation == 'fused':
       # dot_product_attention takes [B, n, H, d] and applies the 1/sqrt(d) scale itself.
-      q, k, v = (layer(x).reshape(*x.shape[:2], self.num_heads, head_dim)
-                 for layer in (self.query, self.key, self.value))
-      y = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None, None, :])
-      return self.out(y.reshape(x.shape))
-    q = split_heads(self.query(x), self.num_heads) * head_dim**-0.5
-    k = split_heads(self.key(x), self.num_heads)
-    v = split_heads(self.value(x), self.num_heads)
+      heads = lambda y: y.reshape(*y.shape[:2], self.num_heads, head_dim)
+      y = jax.nn.dot_product_attention(heads(q), heads(k), heads(v), mask=mask[:, None, None, :])
+      return self.out(y.reshape(queries.shape))
+    q = split_heads(q, self.num_heads) * head_dim**-0.5
+    k = split_heads(k, self.num_heads)
+    v = split_heads(v, self.num_heads)
     y = scaled_dot_product(q, k, v, mask, self.dropout, deterministic=deterministic, rngs=rngs)
     return self.out(merge_heads(y))
 
@@ -156,20 +163,27 @@ class LunaAttention(nnx.Module):
     self.dropout = Dropout(attention_dropout)
 
   def __call__(self, x, p, x_mask, p_mask, *, deterministic: bool = True,
-               rngs: nnx.Rngs | None = None):
-    """Returns (Yx [B, n, D], Yp [B, l, D])."""
+               rngs: nnx.Rngs | None = None, query_rows: int | None = None):
+    """Returns (Yx [B, n, D], Yp [B, l, D]); with `query_rows` Yx holds only X's first rows
+    (0: none, the unpack is skipped) while Yp still packs all of X."""
     dim = x.shape[-1]
     # Pack (eq. 3): Yp = Attn(P W_pq, X W_pk, X W_pv) with X's padding masked; no out projection.
     # The three projections that read the long X (pack key, pack value, unpack query) run as one
     # matmul: one pass over X instead of three (same parameters, same values).
-    pack_key, pack_value, unpack_query = project_together(
-        x, [self.pack_key, self.pack_value, self.unpack_query])
+    if query_rows is None:
+      pack_key, pack_value, unpack_query = project_together(
+          x, [self.pack_key, self.pack_value, self.unpack_query])
+    else:
+      pack_key, pack_value = project_together(x, [self.pack_key, self.pack_value])
+      unpack_query = self.unpack_query(x[:, :query_rows])
     pack_dim = dim // self.num_pack_heads
     packed = merge_heads(scaled_dot_product(
         split_heads(self.pack_query(p), self.num_pack_heads) * pack_dim**-0.5,
         split_heads(pack_key, self.num_pack_heads),
         split_heads(pack_value, self.num_pack_heads),
         x_mask, self.dropout, deterministic=deterministic, rngs=rngs))
+    if query_rows == 0:
+      return unpack_query, packed  # [B, 0, D]: no row of Yx is read.
     # Unpack (eq. 4): Yx = Attn(X W_q, Yp W_k, Yp W_v) W_out with unused P slots masked.
     unpack_key, unpack_value = project_together(packed, [self.unpack_key, self.unpack_value])
     head_dim = dim // self.num_heads

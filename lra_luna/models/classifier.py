@@ -7,6 +7,7 @@ Call signature of every model: `model(batch, *, deterministic, rngs) -> logits [
 with `batch['inputs']` int [B, n] (Retrieval: `inputs1`, `inputs2`).
 """
 
+import functools
 import math
 
 import jax
@@ -112,10 +113,19 @@ class TransformerBlock(nnx.Module):
     self.ffn = layers.FeedForward(cfg.dim, cfg.ffn_dim, init=cfg.init, dtype=dtype, rngs=rngs)
     self.dropout = Dropout(cfg.dropout)
 
-  def __call__(self, x, mask, *, deterministic=True, rngs=None):
+  def __call__(self, x, mask, *, deterministic=True, rngs=None, query_rows=None):
+    """x [B, n, D] -> [B, n, D], or its first `query_rows` rows only (the last block under a
+    head that reads only those; every row is still attended to)."""
     drop = lambda y: self.dropout(y, deterministic=deterministic, rngs=rngs)
-    x = x + drop(self.attention(self.attention_norm(x), mask, deterministic=deterministic,
-                                rngs=rngs))
+    attend = functools.partial(self.attention, self.attention_norm(x), mask,
+                               deterministic=deterministic, rngs=rngs)
+    if query_rows is None:
+      y = attend()
+    elif isinstance(self.attention, attention_lib.SoftmaxAttention):
+      y = attend(query_rows=query_rows)
+    else:  # Baselines and plug-ins compute every row; the FFN still runs on the kept ones only.
+      y = attend()[:, :query_rows]
+    x = x[:, :query_rows] + drop(y)
     return x + drop(self.ffn(self.ffn_norm(x)))
 
 
@@ -127,10 +137,13 @@ class TransformerEncoder(nnx.Module):
     self.blocks = nnx.List([TransformerBlock(cfg, rngs) for _ in range(cfg.num_layers)])
     self.final_norm = layers.LayerNorm(cfg.dim, dtype=compute_dtype(cfg))
 
-  def __call__(self, ids, mask, *, deterministic=True, rngs=None):
+  def __call__(self, ids, mask, *, deterministic=True, rngs=None, output_rows=None):
+    """(X [B, n, D], None); with `output_rows` X holds only its first rows (`rows_read_by`)."""
     x = self.embedding(ids, mask, deterministic=deterministic, rngs=rngs)
-    for block in self.blocks:
-      x = block(x, mask, deterministic=deterministic, rngs=rngs)
+    for i, block in enumerate(self.blocks):
+      last = i == len(self.blocks) - 1
+      x = block(x, mask, deterministic=deterministic, rngs=rngs,
+                query_rows=output_rows if last else None)
     return self.final_norm(x), None
 
 
@@ -154,17 +167,19 @@ class LunaEncoderLayer(nnx.Module):
     self.ffn = layers.FeedForward(cfg.dim, cfg.ffn_dim, init=cfg.init, dtype=dtype, rngs=rngs)
     self.dropout = Dropout(cfg.dropout)
 
-  def __call__(self, x, p, x_mask, p_mask, *, deterministic=True, rngs=None):
+  def __call__(self, x, p, x_mask, p_mask, *, deterministic=True, rngs=None, query_rows=None):
+    """(X', P'); with `query_rows` X' holds only X's first rows (0: none), P' is whole."""
     # Independent dropout masks for X and P: each call draws a fresh key from rngs.
     drop = lambda y: self.dropout(y, deterministic=deterministic, rngs=rngs)
     if self.normalize_before:
       yx, yp = self.attention(self.attention_norm(x), self.p_norm(p), x_mask, p_mask,
-                              deterministic=deterministic, rngs=rngs)
-      x = x + drop(yx)
+                              deterministic=deterministic, rngs=rngs, query_rows=query_rows)
+      x = x[:, :query_rows] + drop(yx)
       p = p + drop(yp)
       return x + drop(self.ffn(self.ffn_norm(x))), p
-    yx, yp = self.attention(x, p, x_mask, p_mask, deterministic=deterministic, rngs=rngs)
-    x = self.attention_norm(x + drop(yx))
+    yx, yp = self.attention(x, p, x_mask, p_mask, deterministic=deterministic, rngs=rngs,
+                            query_rows=query_rows)
+    x = self.attention_norm(x[:, :query_rows] + drop(yx))
     p = self.p_norm(p + drop(yp))
     return self.ffn_norm(x + drop(self.ffn(x))), p
 
@@ -220,7 +235,9 @@ class LunaEncoder(nnx.Module):
       self.final_norm = layers.LayerNorm(cfg.dim, dtype=dtype)
       self.final_p_norm = layers.LayerNorm(cfg.dim, dtype=dtype)
 
-  def __call__(self, ids, mask, *, deterministic=True, rngs=None):
+  def __call__(self, ids, mask, *, deterministic=True, rngs=None, output_rows=None):
+    """(X [B, n, D], (P [B, l, D], p_mask)); with `output_rows` X holds only its first rows
+    (`rows_read_by`)."""
     x = self.embedding(ids, mask, deterministic=deterministic, rngs=rngs)
     p_mask = p_slot_mask(mask, self.pack_length)
     make_p = lambda i: self.packed_inputs[i](ids.shape[0], p_mask, deterministic=deterministic,
@@ -229,10 +246,20 @@ class LunaEncoder(nnx.Module):
     for i, layer in enumerate(self.layers):
       if i > 0 and not self.contextual_p:
         p = make_p(i)
-      x, p = layer(x, p, mask, p_mask, deterministic=deterministic, rngs=rngs)
+      last = i == len(self.layers) - 1
+      x, p = layer(x, p, mask, p_mask, deterministic=deterministic, rngs=rngs,
+                   query_rows=output_rows if last else None)
     if self.normalize_before:
       x, p = self.final_norm(x), self.final_p_norm(p)
     return x, (p, p_mask)
+
+
+def rows_read_by(head: str) -> int | None:
+  """How many leading rows of the final X `pool` reads under `head`: [CLS] only (1), none (0:
+  mean_p reads P) or all (None, mean). The last layer computes only those rows (same values;
+  ModelConfig.prune_last_layer): under cls that skips its FFN, output projection and unpack
+  queries for every other row, about a fifth of a 4-layer Luna step."""
+  return {'cls': 1, 'mean_p': 0}.get(head)
 
 
 def pool(head: str, x, mask, packed, *, mean_includes_cls: bool = False):
@@ -299,6 +326,7 @@ class SequenceClassifier(nnx.Module):
 
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
     self.head = cfg.head
+    self.output_rows = rows_read_by(cfg.head) if cfg.prune_last_layer else None
     self.mean_includes_cls = cfg.mean_includes_cls
     self.mask_padding = cfg.mask_padding
     self.encoder = build_encoder(cfg, rngs)
@@ -309,7 +337,8 @@ class SequenceClassifier(nnx.Module):
   def encode(self, ids, *, deterministic=True, rngs=None):
     """ids [B, n] -> pooled representation [B, D]."""
     ids, mask = with_cls(ids, self.encoder.embedding.cls_id, self.mask_padding)
-    x, packed = self.encoder(ids, mask, deterministic=deterministic, rngs=rngs)
+    x, packed = self.encoder(ids, mask, deterministic=deterministic, rngs=rngs,
+                             output_rows=self.output_rows)
     return pool(self.head, x, mask, packed, mean_includes_cls=self.mean_includes_cls)
 
   def __call__(self, batch, *, deterministic=True, rngs=None):

@@ -52,6 +52,9 @@ class ModelConfig:
   classifier_bias: bool = True      # bias in the classifier's last Linear (Luna authors: none)
   mean_includes_cls: bool = False   # head 'mean' averages [CLS] too (Luna authors' 'mp' pooling)
   dtype: str = 'float32'            # compute dtype: 'float32' | 'bfloat16' | 'float16'
+  # The last layer computes only the rows of X the head reads (cls: [CLS]; mean_p: none); the
+  # logits and gradients are the same up to float rounding. False: every row (for comparisons).
+  prune_last_layer: bool = True
   # Luna only.
   pack_length: int = 16             # l, length of the extra sequence P
   tie_kv: bool = False              # one projection for key and value (paper §4.2 "tied kv")
