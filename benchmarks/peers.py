@@ -284,9 +284,12 @@ def worker(args) -> None:
     if line.strip() != 'step':
       break
     start, cpu_start = time.perf_counter(), time.process_time()
+    faults_start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     run()
     print(json.dumps({'step_s': time.perf_counter() - start,
-                      'cpu_s': time.process_time() - cpu_start}), flush=True)
+                      'cpu_s': time.process_time() - cpu_start,
+                      'page_faults': (resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                                      - faults_start)}), flush=True)
   # ru_maxrss is in KiB on Linux.
   print(json.dumps({'peak_rss_bytes': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}),
         flush=True)
@@ -358,6 +361,8 @@ def measure(sides, length, batch_size, args, fairseq_dir, sizes) -> dict:
       result[w.side] = {'steps_per_s': statistics.median(rates), 'min': min(rates),
                         'max': max(rates), 'step_times_s': [s['step_s'] for s in steps[w.side]],
                         'cpu_s': statistics.median(s['cpu_s'] for s in steps[w.side]),
+                        'page_faults': statistics.median(s['page_faults']
+                                                         for s in steps[w.side]),
                         'flops': w.ready['flops'], 'setup_s': w.ready['setup_s'],
                         'peak_rss_bytes': w.stop()}
     return result

@@ -109,6 +109,7 @@ def point_config(spec: str, model_name: str, length: int, batch_size: int, dtype
 def build_step(config):
   """The jitted real training step (state donated), its state, a random batch, a dropout key and
   the parameter count; state and batch already on the device."""
+  steps.reuse_freed_host_memory()  # Timed as training runs: scratch buffers reused.
   # Training reads these from the data; profiling needs no data (only the embedding and the
   # last layer depend on them).
   vocab_size, num_classes = datasets.task_sizes(config.task, config.append_eos)
@@ -123,7 +124,6 @@ def build_step(config):
            for name in input_names}
   batch['targets'] = rng.integers(0, num_classes, (config.batch_size,), np.int32)
   step = jax.jit(functools.partial(steps.train_step, graphdef=graphdef, tx=tx), donate_argnums=0)
-  steps.reuse_freed_host_memory()  # Timed as training runs: scratch buffers reused.
   return (step, jax.device_put(state), jax.device_put(batch), jax.random.key(config.seed),
           num_params)
 
@@ -676,6 +676,7 @@ def parse_args(argv):
 
 
 def main(argv=None) -> dict | None:
+  steps.reuse_freed_host_memory()  # Before JAX starts its threads (see there).
   args = parse_args(argv)
   if args.point_output:
     # Worker: one point in this fresh process, written where the parent reads it.

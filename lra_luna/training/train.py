@@ -66,9 +66,9 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
   Each seed gets its own parameters, dropout keys, data order, workdir, checkpoints, metrics and
   results.json, exactly as if it ran alone with config.seed = seed. Returns the results per seed.
   """
+  steps.reuse_freed_host_memory()  # The step's buffers, reused instead of faulted in anew.
   runs = seed_runs(config, seeds, workdirs, overwrite)
   mesh = steps.make_mesh()
-  steps.reuse_freed_host_memory()  # The step's buffers, reused instead of faulted in anew.
   data = datasets.load_task(config)  # One copy for every seed; each seed its own data order.
   for run in runs:
     run.train_iter = input_pipeline.train_iterator(data.splits['train'], config.batch_size,
