@@ -8,7 +8,8 @@ Run from the repository root (PyTorch is needed for the peer rows only, never by
 Sides, all with the Text task's sizes (D 256, FFN 1024, 4 heads, 4 layers, Luna l = 16), its
 dropout (0.3 on activations and attention probabilities), AdamW and one classification step:
 - ours: `luna16`, `transformer_fused`, `transformer` (vanilla), the profiler's real step
-  (`lra_luna.profile.build_step`), compiled ahead of time;
+  (`lra_luna.profile.build_step`), compiled ahead of time; `luna16_all_rows`: luna16 with
+  ModelConfig.prune_last_layer off (its last layer computes every row, as the peers do);
 - `torch_transformer`: PyTorch's `nn.TransformerEncoder` (post-LN, GELU, SDPA) with the same
   embedding, positions and classifier head;
 - `authors_luna16`: `LunaLRAEncoder` of the authors' fairseq-apollo, read at run time from
@@ -21,18 +22,22 @@ measured the same way) with the same thread count; workers compile and warm up o
 another, then the rounds interleave them (one step of each side per round, ABAB...), so load from
 other work on the machine falls on every side alike. The table gives the median step rate and
 its spread (min-max over rounds), GFLOP/s with one FLOP count for both sides of a comparison
-(XLA's cost analysis of our step of the same model family), the percentage of the matmul rate of
+(XLA's cost analysis of our step; a peer's is that of our step computing every row, the work the
+peer does), the percentage of the matmul rate of
 the same run, the CPU seconds per step (all threads of the worker; a steadier figure than wall
 time when other work shares the CPU), peak RSS, and the ratios ours / peer of steps/s, of steps
 per CPU second and of RSS. The Transformers run at --transformer_batch_sizes only (batch 8 at 4K
 forms 2 GB attention matrices per layer: more than this machine holds).
-Writes peers.json and peers.md to --out_dir and prints the table.
+The PyTorch workers keep freed blocks in the heap as our steps do (--peer_allocator ours; glibc's
+defaults with `default`), and OpenMP's wait policy is the caller's (see Worker).
+Writes peers.json (with page faults per step) and peers.md to --out_dir and prints the table.
 
 Before / after a change, in one interleaved run: `git worktree add /tmp/before <commit>`, then
   python benchmarks/peers.py --sides luna16 --trees /tmp/before --lengths 4096 --batch_sizes 1
 """
 
 import argparse
+import ctypes
 import json
 import os
 import pathlib
@@ -270,8 +275,21 @@ def torch_side(name: str, length: int, batch_size: int, threads: int, fairseq_di
   return run, None, time.perf_counter() - start
 
 
+def keep_freed_blocks_in_heap() -> None:
+  """For a PyTorch worker, the glibc setting our steps run with (steps.reuse_freed_host_memory,
+  not imported: this process must not load JAX): freed blocks stay in the heap
+  (any size) instead of being unmapped and faulted in again. PyTorch allocates on the calling thread, so the
+  thresholds alone reach its tensors."""
+  mallopt = getattr(ctypes.CDLL(None), 'mallopt', None) if sys.platform == 'linux' else None
+  if mallopt is not None:
+    mallopt(-3, -1)  # M_MMAP_THRESHOLD: none (SIZE_MAX)
+    mallopt(-1, -1)  # M_TRIM_THRESHOLD: none
+
+
 def worker(args) -> None:
   """Builds one side, warms it up, then answers 'step' with its time and 'stop' with its RSS."""
+  if args.worker in PEERS and args.peer_allocator == 'ours':
+    keep_freed_blocks_in_heap()
   if args.worker in PEERS:
     run, flops, setup_s = torch_side(args.worker, args.length, args.batch_size, args.threads,
                                      args.fairseq_dir, json.loads(args.sizes))
@@ -312,6 +330,7 @@ class Worker:
     command = [sys.executable, __file__, '--worker', side, '--length', str(length),
                '--batch_size', str(batch_size), '--threads', str(args.threads),
                '--warmup', str(args.warmup), '--fairseq_dir', fairseq_dir,
+               '--peer_allocator', args.peer_allocator,
                '--sizes', json.dumps(sizes)]
     self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     text=True, env=env)
@@ -440,6 +459,9 @@ def main() -> None:
                       help='other checkouts of this project (e.g. `git worktree add DIR <commit>`)'
                       '; each of our sides also runs from each, labelled side@DIR')
   parser.add_argument('--out_dir', default='runs/peers')
+  parser.add_argument('--peer_allocator', choices=('ours', 'default'), default='ours',
+                      help="ours: the PyTorch workers keep freed blocks in the heap as our steps "
+                      "do (the same glibc setting for every side); default: glibc's defaults")
   # Worker-only flags.
   parser.add_argument('--worker', help=argparse.SUPPRESS)
   parser.add_argument('--length', type=int, help=argparse.SUPPRESS)
@@ -491,7 +513,8 @@ def main() -> None:
   matmul_rates = ', '.join(f"{p['matmul_gflops']:.0f}" for p in points)
   text = (f'{machine(args.threads)}. Matmul ({MATMUL_SIZE}^2 float32 jnp.dot, timed in the rounds '
           f'of each point): {matmul_rates} GFLOP/s. Rounds: {args.rounds} interleaved steps per '
-          f'side, after {args.warmup} warm-up steps.\n\n{table(points)}\n')
+          f'side, after {args.warmup} warm-up steps. PyTorch workers\' glibc setting: '
+          f'{args.peer_allocator}.\n\n{table(points)}\n')
   out_dir = pathlib.Path(args.out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
   (out_dir / 'peers.json').write_text(json.dumps(
