@@ -22,8 +22,9 @@ def get_config(arg):
   c.task = 'text'
   c.update(eval_batch_size=2, num_train_steps=10, warmup_steps=1, schedule='rsqrt',
            learning_rate=1e-3, eval_every=10, checkpoint_every=10)
-  # No dropout: fewer ops, so a faster compile.
-  c.model.update(dim=16, num_heads=2, num_layers=1, ffn_dim=32, classifier_dim=16, dropout=0.0,
+  # No dropout: fewer ops, so a faster compile. Two layers: the last computes only [CLS]'s row
+  # (prune_last_layer), so with one the Transformer would have no n x n part at all.
+  c.model.update(dim=16, num_heads=2, num_layers=2, ffn_dim=32, classifier_dim=16, dropout=0.0,
                  attention_dropout=0.0)
   return config_lib.set_model(c, arg.model)
 '''
