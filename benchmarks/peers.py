@@ -37,7 +37,6 @@ Before / after a change, in one interleaved run: `git worktree add /tmp/before <
 """
 
 import argparse
-import ctypes
 import json
 import os
 import pathlib
@@ -66,7 +65,7 @@ MATMUL_SIZE = 2048
 # computes every row as the authors' code does (the like-for-like kernel comparison).
 ALL_ROWS = '_all_rows'
 OURS = ('luna16', 'luna16' + ALL_ROWS, 'transformer_fused', 'transformer')
-# Peer -> (our side it is compared with, whose FLOP count both use).
+# Peer -> our side it is compared with (and its `_all_rows` twin, when that side runs too).
 PEERS = {'authors_luna16': 'luna16', 'torch_transformer': 'transformer_fused'}
 TRANSFORMERS = ('transformer_fused', 'transformer', 'torch_transformer')
 WORKER_TIMEOUT_S = 1800
@@ -193,8 +192,8 @@ def our_config(name: str, length: int, batch_size: int):
   from lra_luna import profile  # pylint: disable=g-import-not-at-top
   config = profile.point_config(str(TEXT_CONFIG), name.removesuffix(ALL_ROWS), length, batch_size,
                                 'float32')
-  if name.endswith(ALL_ROWS):
-    config.model.prune_last_layer = False  # Trees (--trees) from before the field lack it.
+  if name.endswith(ALL_ROWS) and 'prune_last_layer' in config.model:
+    config.model.prune_last_layer = False  # Trees (--trees) from before it compute every row.
   return config
 
 
@@ -275,22 +274,14 @@ def torch_side(name: str, length: int, batch_size: int, threads: int, fairseq_di
   return run, None, time.perf_counter() - start
 
 
-def keep_freed_blocks_in_heap() -> None:
-  """For a PyTorch worker, the glibc setting our steps run with (steps.reuse_freed_host_memory,
-  not imported: this process must not load JAX): freed blocks stay in the heap
-  (any size) instead of being unmapped and faulted in again. PyTorch allocates on the calling thread, so the
-  thresholds alone reach its tensors."""
-  mallopt = getattr(ctypes.CDLL(None), 'mallopt', None) if sys.platform == 'linux' else None
-  if mallopt is not None:
-    mallopt(-3, -1)  # M_MMAP_THRESHOLD: none (SIZE_MAX)
-    mallopt(-1, -1)  # M_TRIM_THRESHOLD: none
-
-
 def worker(args) -> None:
   """Builds one side, warms it up, then answers 'step' with its time and 'stop' with its RSS."""
-  if args.worker in PEERS and args.peer_allocator == 'ours':
-    keep_freed_blocks_in_heap()
   if args.worker in PEERS:
+    if args.peer_allocator == 'ours':
+      # The glibc setting our steps run with (JAX-free module: this process must not load JAX).
+      # PyTorch allocates on the calling thread, so the thresholds alone reach its tensors.
+      from lra_luna.training import host_memory  # pylint: disable=g-import-not-at-top
+      host_memory.keep_freed_blocks_in_heap()
     run, flops, setup_s = torch_side(args.worker, args.length, args.batch_size, args.threads,
                                      args.fairseq_dir, json.loads(args.sizes))
   else:

@@ -331,16 +331,18 @@ print('not reached')
 
 
 @pytest.mark.skipif(not sys.platform.startswith('linux'), reason='glibc only')
-def test_freed_step_sized_blocks_are_reused_without_page_faults():
-  """A 64 MiB block (a step's temporary buffers) freed and allocated again: glibc maps it anew
-  from the kernel (a fault per 4 KiB page) until reuse_freed_host_memory keeps it in the heap."""
+@pytest.mark.parametrize('block_mib', [64, 2304])
+def test_freed_step_sized_blocks_are_reused_without_page_faults(block_mib):
+  """A block of a step's temporary buffers (64 MiB; 2.25 GiB, over the 2 GiB a C-int threshold
+  could name, as Luna-16 at 4K batch 8 needs) freed and allocated again: glibc maps it anew from
+  the kernel (a fault per 4 KiB page) until reuse_freed_host_memory keeps it in the heap."""
   code = '''
-import resource
+import resource, sys
 from lra_luna.training import steps
 
 def faults_of_a_fresh_block():
   before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-  bytearray(64 << 20)  # malloc'ed, every page zeroed, freed (numpy would ask for huge pages)
+  bytearray(int(sys.argv[1]) << 20)  # malloc'ed, every page zeroed, freed (numpy: huge pages)
   return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 faults_of_a_fresh_block()
@@ -349,8 +351,8 @@ steps.reuse_freed_host_memory()
 faults_of_a_fresh_block()
 print(without, faults_of_a_fresh_block())
 '''
-  proc = subprocess.run([sys.executable, '-c', code], env=run_env(), capture_output=True,
-                        text=True, cwd=REPO, check=True, timeout=120)
+  proc = subprocess.run([sys.executable, '-c', code, str(block_mib)], env=run_env(),
+                        capture_output=True, text=True, cwd=REPO, check=True, timeout=120)
   without, reused = map(int, proc.stdout.split())
   if without < 1000:
     pytest.skip(f'this kernel maps the block in {without} faults already (huge pages)')

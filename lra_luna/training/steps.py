@@ -6,10 +6,8 @@ The state is a plain pytree {'params', 'constants', 'opt_state', 'step'}; severa
 a stack of states (a leading seed axis, steps vmapped over it).
 """
 
-import ctypes
 import functools
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +20,7 @@ from lra_luna import config_lib
 from lra_luna.datasets import input_pipeline
 from lra_luna.models import classifier as models
 from lra_luna.models.model_config import ModelConfig
+from lra_luna.training import host_memory
 
 
 def model_config(config, data) -> ModelConfig:
@@ -152,11 +151,6 @@ def maybe_initialize_distributed():
     jax.distributed.initialize()
 
 
-# glibc's mallopt parameters (malloc.h).
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-NO_LIMIT = -1  # mallopt takes a C int; -1 becomes SIZE_MAX: no block is mapped, none trimmed.
-
-
 def reuse_freed_host_memory() -> None:
   """Keeps freed host blocks in the process for the next allocation, whatever their size. Call
   it before JAX starts its backend (the dispatch setting below is read then).
@@ -165,8 +159,8 @@ def reuse_freed_host_memory() -> None:
   1.26 GB for Luna-16 at 2K tokens and batch 8), and glibc maps a block that big from the
   kernel and unmaps it when freed, so every step paid the page faults of zeroing fresh memory (a
   fifth of the quick step's CPU time; 350,000 faults, a quarter of the step, at 2K batch 8).
-  Lifting glibc's mmap and trim thresholds serves the block from the heap and keeps it there
-  (a limit of 2 GiB left Luna-16 at 4K tokens and batch 8 with 700,000 faults a step; the
+  Lifting glibc's mmap and trim thresholds (host_memory.keep_freed_blocks_in_heap) serves the
+  block from the heap and keeps it there (a limit of 2 GiB left Luna-16 at 4K tokens and batch 8 with 700,000 faults a step; the
   process's resident memory stays at the step's peak, which every step reaches anyway).
   The step must also run on the calling (main) thread, so JAX's CPU dispatch is made
   synchronous: with asynchronous dispatch XLA runs it on a thread of its own, whose glibc heap
@@ -178,12 +172,7 @@ def reuse_freed_host_memory() -> None:
   only host blocks are kept.
   """
   jax.config.update('jax_cpu_enable_async_dispatch', False)  # Read when the backend starts.
-  if not sys.platform.startswith('linux'):
-    return
-  mallopt = getattr(ctypes.CDLL(None), 'mallopt', None)
-  if mallopt is not None:
-    mallopt(M_MMAP_THRESHOLD, NO_LIMIT)
-    mallopt(M_TRIM_THRESHOLD, NO_LIMIT)
+  host_memory.keep_freed_blocks_in_heap()
 
 
 def make_mesh():
