@@ -1,5 +1,6 @@
-"""The paper's Table 1 and Table 3 grid, and Table 2: five LRA tasks x (Transformer, Luna-16/128/
-256, the four LRA baselines) x five seeds, [CLS] heads for every model and mean-pooled P for Luna.
+"""The paper's Table 1 and Table 3 grid, and Table 2: five LRA tasks x every model of the Luna
+paper's Table 1 (the Transformer, the ten LRA baselines, Luna-16/128/256: registry.table1_models())
+x five seeds, [CLS] heads for every model and mean-pooled P for Luna.
 
   python -m lra_luna.campaign campaigns/paper_table1.py --dir runs/paper_table1          # local GPUs
   python -m lra_luna.campaign campaigns/paper_table1.py --dir runs/paper_table1 \\
@@ -11,14 +12,14 @@ averages.
 """
 
 from lra_luna import campaign
+from lra_luna import registry
 
 
 def get_config():
   c = campaign.base_spec()
   c.name = 'paper_table1'
   c.tasks = ['listops', 'text', 'retrieval', 'image', 'pathfinder']
-  c.models = ['transformer', 'luna16', 'luna128', 'luna256',
-              'linformer', 'performer', 'linear_transformer', 'local']
+  c.models = registry.table1_models()
   c.heads = ['cls', 'mean_p']              # mean_p runs for the Luna models only (Table 3)
   c.seeds = [0, 1, 2, 3, 4]
   c.protocol = 'lra'

@@ -51,6 +51,7 @@ import ml_collections
 import submitit
 
 from lra_luna import config_lib
+from lra_luna import registry
 from lra_luna import sweep
 from lra_luna.models import model_config
 from lra_luna.training import run_folder
@@ -144,7 +145,7 @@ def plan(spec, campaign_dir: pathlib.Path) -> dict:
   for task in spec.tasks:
     for model in spec.models:
       # Only Luna has P (the spec says so once, rather than sweep for every other model).
-      heads = [h for h in spec.heads if h in model_config.heads_of(config_lib.MODELS[model][0])]
+      heads = [h for h in spec.heads if h in registry.get(model).heads]
       if spec.heads and not heads:
         continue  # (no heads at all: each config's own head)
       try:

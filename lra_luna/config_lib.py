@@ -18,22 +18,13 @@ import ml_collections
 from ml_collections import config_flags
 
 from lra_luna import protocols
+from lra_luna import registry
 from lra_luna.models import model_config
 import lra_luna
 
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx')
-# Model name -> (attention, pack length l or None).
-MODELS = {
-    'transformer': ('softmax', None),        # vanilla softmax attention (materialises n x n)
-    'transformer_fused': ('softmax', None),  # jax.nn.dot_product_attention (flash where available)
-    'luna16': ('luna', 16),
-    'luna128': ('luna', 128),
-    'luna256': ('luna', 256),
-    'linformer': ('linformer', None),
-    'performer': ('performer', None),
-    'linear_transformer': ('linear_transformer', None),
-    'local': ('local', None),
-}
+# Model name -> its registry entry (lra_luna/registry.py): the config words of the models.
+MODELS = registry.MODELS
 SCHEDULES = ('rsqrt', 'cosine')
 # Where a task's data may come from (config.data_source); the first is the default.
 DATA_SOURCES = {
@@ -134,21 +125,16 @@ def base_config() -> ml_collections.ConfigDict:
 
 
 def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
-  """Sets config.model_name and the attention fields of the named model preset."""
-  if name not in MODELS:
-    raise ValueError(f'Unknown model {name!r}; valid choices: {sorted(MODELS)}.')
-  attention, pack_length = MODELS[name]
+  """Sets config.model_name and the attention fields of the named model (its registry entry):
+  the attention, its implementation, Luna's pack length, and the attention's options at LRA's
+  values for config.task (so set the task first)."""
+  model = registry.get(name)
   config.model_name = name
-  config.model.attention = attention
-  config.model.attention_implementation = 'fused' if name == 'transformer_fused' else 'vanilla'
-  if pack_length:
-    config.model.pack_length = pack_length
-  # Baseline options (baselines.py), LRA's values: Linformer k = 256, Performer 256 features,
-  # local attention blocks of 50.
-  options = {'linformer': {'projected_length': 256},
-             'performer': {'num_features': 256, 'redraw_features': False},
-             'local': {'block_size': 50}}.get(attention, {})
-  config.model.attention_options = ml_collections.ConfigDict(options)
+  config.model.attention = model.attention
+  config.model.attention_implementation = model.implementation
+  if model.pack_length:
+    config.model.pack_length = model.pack_length
+  config.model.attention_options = ml_collections.ConfigDict(model.options_for(config.task))
   return config
 
 
@@ -182,6 +168,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     # Import and constructor errors now, before any data is read or any workdir written.
     plugins.check_constructor(plugins.load_class(config.model.attention),
                               dict(config.model.attention_options))
+  elif config.model.attention in registry.baseline_classes():
+    check_attention_options(config)
   model_config.ModelConfig.from_config(config.model)
   _check_choice('schedule', config.schedule, SCHEDULES)
   for field in ('batch_size', 'eval_batch_size', 'num_train_steps', 'max_length', 'eval_every',
@@ -195,6 +183,23 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if not 0 <= config.max_truncated_fraction <= 1:
     raise ValueError(f'config.max_truncated_fraction must be in [0, 1], got '
                      f'{config.max_truncated_fraction}.')
+
+
+def check_attention_options(config: ml_collections.ConfigDict) -> None:
+  """ValueError in one line for an option the baseline attention does not take, or a value
+  outside its valid range at config.max_length (the class's check_options), before any data is
+  read or any model built."""
+  cls = registry.attention_class(config.model.attention)
+  options = dict(config.model.attention_options)
+  unknown = sorted(set(options) - set(cls.CONFIG_OPTIONS))
+  if unknown:
+    raise ValueError(f'config.model.attention_options.{unknown[0]} is no option of '
+                     f'{cls.__name__} ({config.model_name}); its options are: '
+                     f'{", ".join(cls.CONFIG_OPTIONS) or "none"}.')
+  try:
+    cls.check_options(max_length=config.max_length + 1, **options)
+  except ValueError as e:
+    raise ValueError(f'config.model.attention_options: {e}') from None
 
 
 def flatten(config: ml_collections.ConfigDict) -> dict:

@@ -45,42 +45,22 @@ import numpy as np
 
 from lra_luna import config_lib
 from lra_luna import datasets
+from lra_luna import registry
 from lra_luna.models import plugins
 from lra_luna.training import steps
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEXT_CONFIG = config_lib.CONFIG_DIR / 'text.py'
 BASELINE = 'transformer'
-CORE_MODELS = ('transformer', 'transformer_fused', 'luna16', 'luna128', 'luna256')
 PAPER_LENGTHS = (1024, 2048, 3072, 4096)
-# Luna paper Table 2 (byte-level Text, relative to the Transformer): (steps/s, peak memory),
-# as printed in the paper.
-PAPER_TABLE2 = {
-    'local': (('1.1', '1.7', '3.2', '5.3'), ('0.49', '0.29', '0.19', '0.14')),
-    'linformer': (('1.2', '1.9', '3.7', '5.5'), ('0.44', '0.21', '0.18', '0.10')),
-    'linear_transformer': (('1.1', '1.9', '3.7', '5.6'), ('0.44', '0.22', '0.15', '0.11')),
-    'performer': (('1.2', '1.9', '3.8', '5.7'), ('0.44', '0.22', '0.15', '0.11')),
-    'luna16': (('1.2', '1.8', '3.7', '5.5'), ('0.44', '0.23', '0.17', '0.10')),
-    'luna128': (('1.1', '1.7', '3.4', '5.1'), ('0.49', '0.28', '0.21', '0.14')),
-    'luna256': (('1.1', '1.7', '3.3', '4.9'), ('0.60', '0.33', '0.23', '0.16')),
-}
-LABELS = {'transformer': 'Transformer', 'transformer_fused': 'Transformer (fused)',
-          'luna16': 'Luna-16', 'luna128': 'Luna-128', 'luna256': 'Luna-256',
-          'linformer': 'Linformer', 'performer': 'Performer',
-          'linear_transformer': 'Linear Trans.', 'local': 'Local Attention'}
 
 
 # ----------------------------------------------------------------------------------------------
 # Configs.
 # ----------------------------------------------------------------------------------------------
 def default_models() -> list[str]:
-  """The Transformers, the Luna models and every baseline that `lra_luna.models.baselines` provides."""
-  try:
-    from lra_luna.models import baselines
-  except ImportError:
-    return list(CORE_MODELS)
-  return [*CORE_MODELS, *(name for name, (attention, _) in config_lib.MODELS.items()
-                          if attention in baselines.BASELINE_ATTENTIONS)]
+  """Every registered model (lra_luna/registry.py), in the registry's order."""
+  return list(config_lib.MODELS)
 
 
 def load_config(spec: str, model_name: str):
@@ -378,10 +358,12 @@ def relative_rows(results: dict) -> list[tuple[str, list]]:
   for name in models_in_order:
     cells = ([relative_cell(index, name, n, 'steps_per_s') for n in lengths]
              + [relative_cell(index, name, n, memory) for n in lengths])
-    rows.append((LABELS.get(name, name), cells))
-    if name in PAPER_TABLE2 and set(lengths) & set(PAPER_LENGTHS):
-      speed, peak = (dict(zip(PAPER_LENGTHS, values)) for values in PAPER_TABLE2[name])
-      rows.append((f'{LABELS.get(name, name)} (paper)',
+    rows.append((registry.label(name), cells))
+    paper_row = registry.table2_rows().get(name)
+    if paper_row and set(lengths) & set(PAPER_LENGTHS):
+      # The Luna paper's Table 2 (byte-level Text, relative to the Transformer), as printed.
+      speed, peak = (dict(zip(PAPER_LENGTHS, values)) for values in paper_row)
+      rows.append((f'{registry.label(name)} (paper)',
                    [speed.get(n) for n in lengths] + [peak.get(n) for n in lengths]))
   return rows
 
@@ -514,7 +496,7 @@ def markdown_table(results: dict) -> str:
             '| Model | step time | memory |', '|---|---|---|']
   time_slopes, memory_slopes = results['slopes']['step_s'], results['slopes']['memory']
   for name in results['models']:
-    lines.append(f'| {LABELS.get(name, name)} | {format_slope(time_slopes.get(name))} | '
+    lines.append(f'| {registry.label(name)} | {format_slope(time_slopes.get(name))} | '
                  f'{format_slope(memory_slopes.get(name))} |')
   lines += ['', '## Every point', '',
             '| Model | length | steps/s (median) | min | max | spread | compile s | GFLOP/step '
@@ -574,7 +556,7 @@ def plot_scaling(results: dict, path: pathlib.Path) -> None:
       if not measured:
         continue
       slope = slopes.get(name)
-      label = LABELS.get(name, name) + (f' (slope {format_slope(slope)})' if slope else '')
+      label = registry.label(name) + (f' (slope {format_slope(slope)})' if slope else '')
       ax.plot(*zip(*measured), marker='o', label=label)
     ax.set_xscale('log')
     ax.set_yscale('log')

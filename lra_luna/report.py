@@ -47,6 +47,7 @@ import textwrap
 
 from lra_luna import config_lib
 from lra_luna import published
+from lra_luna import registry
 from lra_luna.models.model_config import HEADS
 from lra_luna.training import run_folder
 
@@ -325,16 +326,18 @@ def table1(summary: dict, checkpoint: str, training: dict | None = None) -> Tabl
                                           AVG_NO_RETRIEVAL: average(cells, no_retrieval)}, group,
                     (training or {}).get((model, head), [])))
     rows += [published_row(p, group, columns)
-             for p in published.matching(published.TABLE1, model, head)]
+             for p in published.matching(registry.table1_rows(), model, head)]
+  notes = [f'{r.label} ({r.paper}): {r.note}' for r in registry.table1_rows()
+           if r.note and any(row.label == r.label for row in rows)]
   title = (f'Table 1: LRA test accuracy (%), {CHECKPOINTS[checkpoint]}; ours: mean ± sample std '
            'over seeds (n seeds); averages over tasks of the task means.')
-  return Table('table1', title + training_title(rows), columns, rows)
+  return Table('table1', title + training_title(rows), columns, rows, notes)
 
 
 def table3(summary: dict, checkpoint: str, training: dict | None = None) -> Table:
   tasks = published.CLS_VS_P_TASKS
   columns = [(t, TASK_NAMES[t]) for t in tasks] + [(AVG, 'Avg.')]
-  luna_models = sorted({m for m, _ in summary if config_lib.MODELS.get(m, ('',))[0] == 'luna'},
+  luna_models = sorted({m for m, _ in summary if 'mean_p' in registry.MODELS.get(m, registry.MODELS['transformer']).heads},
                        key=lambda m: row_order((m, '')))
   rows = []
   for group, model in enumerate(luna_models):
@@ -695,7 +698,8 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None)
             table3(summary, checkpoint, training_records(results, published.CLS_VS_P_TASKS)))
   for table in tables:
     tasks = [key for key, _ in table.columns if key in sources]
-    table.notes = ['Data: ' + '; '.join(f'{TASK_NAMES[t]}: {sources[t]}' for t in tasks) + '.']
+    table.notes.insert(0, 'Data: ' + '; '.join(f'{TASK_NAMES[t]}: {sources[t]}' for t in tasks)
+                       + '.')
     table.title += f' {note}' if note else ''
     paths += write_table(table, checkpoint, out_dir)
     if note:

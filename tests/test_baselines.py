@@ -1,4 +1,6 @@
-"""Tests of lra_luna.models.baselines: shapes, padding, jit, and each module against its formula."""
+"""Tests of the baseline attentions: every registered one (lra_luna/registry.py) for shapes, padding,
+jit, dtypes and its option checks; the four of lra_luna.models.baselines against their formulas
+(the others have their own test files)."""
 
 import jax
 import jax.numpy as jnp
@@ -6,24 +8,21 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from lra_luna import registry
 from lra_luna.models.attention import merge_heads, split_heads
-from lra_luna.models.baselines import (BASELINE_ATTENTIONS, LocalAttention, PerformerAttention,
-                                RandomFeatures, linear_attention, linear_attention_direct,
-                                orthogonal_gaussian_features)
+from lra_luna.models.baselines import (LocalAttention, PerformerAttention, RandomFeatures,
+                                       linear_attention, linear_attention_direct,
+                                       orthogonal_gaussian_features)
 
 DIM, HEADS, LENGTH = 16, 2, 40
-# Small options so every module is cheap and local attention really has several blocks.
-SMALL_OPTIONS = {
-    'linformer': dict(projected_length=8),
-    'performer': dict(num_features=32),
-    'linear_transformer': {},
-    'local': dict(block_size=16),
-}
+BASELINES = sorted(registry.baseline_classes())
 
 
 def make(name, seed=0, **options):
-  options = {**SMALL_OPTIONS[name], **options}
-  return BASELINE_ATTENTIONS[name](DIM, HEADS, max_length=64, rngs=nnx.Rngs(seed), **options)
+  """The registered attention with its small test options (registry entry's test_options)."""
+  options = {**registry.get(name).test_options, **options}
+  return registry.attention_class(name)(DIM, HEADS, max_length=64, rngs=nnx.Rngs(seed),
+                                        **options)
 
 
 def inputs(length=LENGTH, lengths=(LENGTH, 23), seed=0):
@@ -49,7 +48,7 @@ def real_rows(y, mask):
   return np.asarray(y)[np.asarray(mask)]
 
 
-@pytest.mark.parametrize('name', sorted(BASELINE_ATTENTIONS))
+@pytest.mark.parametrize('name', BASELINES)
 def test_output_shape_and_dtype(name):
   x, mask = inputs()
   y = make(name)(x, mask)
@@ -57,7 +56,7 @@ def test_output_shape_and_dtype(name):
   assert np.isfinite(np.asarray(y)).all()
 
 
-@pytest.mark.parametrize('name', sorted(BASELINE_ATTENTIONS))
+@pytest.mark.parametrize('name', BASELINES)
 def test_padding_invariance(name):
   module = make(name)
   x, mask = inputs()
@@ -67,7 +66,7 @@ def test_padding_invariance(name):
                              real_rows(module(x_changed, mask), mask), atol=1e-5)
 
 
-@pytest.mark.parametrize('name', sorted(BASELINE_ATTENTIONS))
+@pytest.mark.parametrize('name', BASELINES)
 def test_jit_matches_eager(name):
   module = make(name)
   x, mask = inputs()
@@ -75,7 +74,7 @@ def test_jit_matches_eager(name):
   np.testing.assert_allclose(jitted(module, x, mask), module(x, mask), atol=1e-5)
 
 
-@pytest.mark.parametrize('name', sorted(BASELINE_ATTENTIONS))
+@pytest.mark.parametrize('name', BASELINES)
 def test_training_mode_with_dropout_runs(name):
   module = make(name, attention_dropout=0.1)
   x, mask = inputs()
@@ -83,7 +82,7 @@ def test_training_mode_with_dropout_runs(name):
   assert y.shape == x.shape and np.isfinite(np.asarray(y)).all()
 
 
-@pytest.mark.parametrize('name', sorted(BASELINE_ATTENTIONS))
+@pytest.mark.parametrize('name', BASELINES)
 def test_bfloat16_compute(name):
   module = make(name, dtype=jnp.bfloat16)
   x, mask = inputs()
@@ -91,16 +90,32 @@ def test_bfloat16_compute(name):
   assert y.dtype == jnp.bfloat16 and np.isfinite(np.asarray(y, np.float32)).all()
 
 
-@pytest.mark.parametrize('name', sorted(BASELINE_ATTENTIONS))
+@pytest.mark.parametrize('name', BASELINES)
 def test_fully_padded_row_is_finite(name):
   x, mask = inputs(lengths=(LENGTH, 0))
   assert np.isfinite(np.asarray(make(name)(x, mask))).all()
 
 
-def test_constructor_options_from_config_exist():
-  for name, cls in BASELINE_ATTENTIONS.items():
-    for option in cls.CONFIG_OPTIONS:
-      assert option in cls.__init__.__kwdefaults__, (name, option)
+@pytest.mark.parametrize('name', BASELINES)
+def test_constructor_options_from_config_exist(name):
+  cls = registry.attention_class(name)
+  model = registry.get(name)
+  for option in cls.CONFIG_OPTIONS:
+    assert option in cls.__init__.__kwdefaults__, (name, option)
+  for options in (model.options, model.test_options, *model.task_options.values()):
+    assert set(options) <= set(cls.CONFIG_OPTIONS), (name, options)
+    cls.check_options(max_length=64, **options)  # the registry's values are valid
+
+
+@pytest.mark.parametrize('name, options, message', [
+    ('linformer', {'projected_length': 0}, 'projected_length = 0 .*integer >= 1'),
+    ('performer', {'num_features': -3}, 'num_features = -3 .*integer >= 1'),
+    ('local', {'block_size': 0}, 'block_size = 0 .*integer >= 1'),
+])
+def test_impossible_option_is_one_line(name, options, message):
+  with pytest.raises(ValueError, match=message) as error:
+    make(name, **options)
+  assert '\n' not in str(error.value) and registry.attention_class(name).__name__ in str(error.value)
 
 
 # Linformer ---------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def test_paper_configs_equal_the_authors_table(task):
     assert {path: field(config, path) for path in settings} == settings
     assert config.protocol == 'paper' and config.model_name == model
     # l comes from the model name, not from the protocol.
-    assert config.model.pack_length == (config_lib.MODELS[model][1] or 16)
+    assert config.model.pack_length == (config_lib.MODELS[model].pack_length or 16)
   lra = config_lib.load_config(f'configs/{task}.py:luna16')
   assert lra.protocol == 'lra' and not lra.append_eos and lra.model.classifier_bias
   assert not lra.model.mean_includes_cls and lra.model.dual_head_layers == 2

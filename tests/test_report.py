@@ -8,6 +8,7 @@ import pytest
 
 from lra_luna import config_lib
 from lra_luna import published
+from lra_luna import registry
 from lra_luna import report
 
 # (task, model, head) -> test accuracies (fractions) of the last checkpoint, one per seed.
@@ -167,9 +168,17 @@ def test_cli_fails_cleanly_on_empty_folder(tmp_path, capsys):
 
 
 def test_published_averages_match_their_rows():
-  for row in published.TABLE1 + published.TABLE3:
+  """Averages as printed equal the mean of their scores, except where a row's note says the
+  paper misprinted it (Sinkhorn: 51.39 printed, its scores average 51.48)."""
+  rows = registry.table1_rows() + published.TABLE3
+  assert len(registry.table1_rows()) == 15  # the Luna paper's Table 1
+  for row in rows:
     values = list(row.accuracy.values())
-    assert row.average == pytest.approx(statistics.fmean(values), abs=0.0101), row.label
+    mean = statistics.fmean(values)
+    if row.note:
+      assert row.average != pytest.approx(mean, abs=0.0101) and f'{mean:.2f}' in row.note
+    else:
+      assert row.average == pytest.approx(mean, abs=0.0101), row.label
     if row.average_no_retrieval is not None:
       rest = [v for t, v in row.accuracy.items() if t != 'retrieval']
       assert row.average_no_retrieval == pytest.approx(statistics.fmean(rest), abs=0.0101)

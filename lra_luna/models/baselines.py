@@ -3,7 +3,9 @@
 Each module drops into the same encoder block as `attention.SoftmaxAttention`: constructor
 `(dim, num_heads, *, attention_dropout, max_length, init, dtype, rngs, <own options>)` and call
 `module(x, mask, *, deterministic=True, rngs=None) -> y`, x [B, n, D], mask [B, n] (True = real
-token), y [B, n, D]. Each class lists in `CONFIG_OPTIONS` the constructor options a config sets.
+token), y [B, n, D]. Each class lists in `CONFIG_OPTIONS` the constructor options a config sets,
+and `check_options(max_length, **options)` refuses an impossible value in one line (the config
+check calls it before any data is read). The models are registered in lra_luna/registry.py.
 """
 
 import math
@@ -17,10 +19,26 @@ from lra_luna.models.attention import (merge_heads, projection, projection_init,
 from lra_luna.models.dropout import Dropout
 
 
+def check_option(owner: str, option: str, value, valid: bool, valid_range: str) -> None:
+  """ValueError "<owner> option <option> = <value> is not valid: <valid_range>." unless valid."""
+  if not valid:
+    raise ValueError(f'{owner} option {option} = {value!r} is not valid: {valid_range}.')
+
+
+def is_count(value, minimum: int = 1) -> bool:
+  """Whether value is an integer (not a bool) >= minimum."""
+  return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
 class _QKVOutAttention(nnx.Module):
   """Shared q/k/v/out projections (`attention.projection`) of the baselines below."""
 
   CONFIG_OPTIONS: tuple[str, ...] = ()
+
+  @classmethod
+  def check_options(cls, max_length: int, **options) -> None:
+    """ValueError in one line for an option value outside its valid range (none here)."""
+    del max_length, options
 
   def __init__(self, dim: int, num_heads: int, *, init: str, dtype, rngs: nnx.Rngs):
     if dim % num_heads:
@@ -54,9 +72,15 @@ class LinformerAttention(_QKVOutAttention):
 
   CONFIG_OPTIONS = ('projected_length',)
 
+  @classmethod
+  def check_options(cls, max_length: int, projected_length: int = 256) -> None:
+    check_option(cls.__name__, 'projected_length', projected_length, is_count(projected_length),
+                 'an integer >= 1')
+
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
                projected_length: int = 256):
+    self.check_options(max_length, projected_length)
     super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs)
     self.max_length = max_length
     self.projected_length = projected_length
@@ -164,9 +188,18 @@ class PerformerAttention(_QKVOutAttention):
 
   CONFIG_OPTIONS = ('num_features', 'redraw_features')
 
+  @classmethod
+  def check_options(cls, max_length: int, num_features: int = 256,
+                    redraw_features: bool = False) -> None:
+    check_option(cls.__name__, 'num_features', num_features, is_count(num_features),
+                 'an integer >= 1')
+    check_option(cls.__name__, 'redraw_features', redraw_features,
+                 isinstance(redraw_features, bool), 'True or False')
+
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
                num_features: int = 256, redraw_features: bool = False):
+    self.check_options(max_length, num_features, redraw_features)
     del attention_dropout, max_length  # Unused; see the docstring.
     super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs)
     self.num_features = num_features
@@ -267,9 +300,14 @@ class LocalAttention(_QKVOutAttention):
 
   CONFIG_OPTIONS = ('block_size',)
 
+  @classmethod
+  def check_options(cls, max_length: int, block_size: int = 50) -> None:
+    check_option(cls.__name__, 'block_size', block_size, is_count(block_size), 'an integer >= 1')
+
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
                block_size: int = 50):
+    self.check_options(max_length, block_size)
     del max_length  # Unused.
     super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs)
     self.block_size = block_size
@@ -298,11 +336,3 @@ class LocalAttention(_QKVOutAttention):
     y = y.reshape(b, num_blocks, self.num_heads, block, self.head_dim).transpose(0, 2, 1, 3, 4)
     y = y.reshape(b, self.num_heads, num_blocks * block, self.head_dim)[:, :, :n]
     return self.out(merge_heads(y))
-
-
-BASELINE_ATTENTIONS = {
-    'linformer': LinformerAttention,
-    'performer': PerformerAttention,
-    'linear_transformer': LinearTransformerAttention,
-    'local': LocalAttention,
-}

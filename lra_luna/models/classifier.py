@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lra_luna import registry
 from lra_luna.models import attention as attention_lib
 from lra_luna.models.dropout import Dropout
 from lra_luna.models import layers
@@ -93,13 +94,9 @@ def build_self_attention(cfg: ModelConfig, rngs: nnx.Rngs):
   if plugins.is_plugin(cfg.attention):
     return plugins.build(cfg.attention, cfg.dim, cfg.num_heads, max_length=cfg.max_length + 1,
                          options=options, **common)
-  from lra_luna.models import baselines  # Imported here so the core models do not depend on it.
-  if cfg.attention not in baselines.BASELINE_ATTENTIONS:
-    raise ValueError(f'Unknown attention {cfg.attention!r}; valid choices: '
-                     f"{sorted(['softmax', 'luna', *baselines.BASELINE_ATTENTIONS])} or a plug-in "
-                     "'path/to/file.py:Class'.")
-  return baselines.BASELINE_ATTENTIONS[cfg.attention](
-      cfg.dim, cfg.num_heads, max_length=cfg.max_length + 1, **common, **options)
+  attention_class = registry.attention_class(cfg.attention)  # imports the baseline's module
+  return attention_class(cfg.dim, cfg.num_heads, max_length=cfg.max_length + 1, **common,
+                         **options)
 
 
 class TransformerBlock(nnx.Module):

@@ -9,7 +9,9 @@ field is one line below. No JAX here: the config layer and `report` import this 
 
 import dataclasses
 
-HEADS = ('cls', 'mean', 'mean_p')  # sentence representations (classifier.pool)
+# The heads, and which a model's attention can pool, belong to the model registry.
+from lra_luna.registry import HEADS, heads_of  # pylint: disable=unused-import
+
 POSITIONS = ('learned', 'sinusoidal')
 INITS = ('reference', 'bert')
 P_INITS = ('learned', 'sinusoidal')
@@ -17,11 +19,6 @@ DTYPES = ('float32', 'bfloat16', 'float16')
 PAIR_FEATURES = ('concat', 'full', 'concat_reversed')
 DUAL_HEAD_LAYERS = (1, 2)
 ATTENTION_IMPLEMENTATIONS = ('vanilla', 'fused')
-
-
-def heads_of(attention: str) -> tuple:
-  """The heads a model with this attention can pool: 'mean_p' needs Luna's P (paper §4.1)."""
-  return HEADS if attention == 'luna' else tuple(h for h in HEADS if h != 'mean_p')
 
 
 @dataclasses.dataclass(frozen=True)
