@@ -8,6 +8,7 @@ import pytest
 from flax import nnx
 
 from lra_luna import config_lib
+from lra_luna import registry
 from lra_luna.models import attention
 from lra_luna.models import classifier as models
 from lra_luna.models import model_config
@@ -98,6 +99,13 @@ MODEL_VARIANTS = [
     ('luna16', {'normalize_before': True}), ('luna16', {'contextual_p': False}),
     ('luna16', {'tie_kv': True, 'p_init': 'sinusoidal', 'num_pack_heads': 4}),
     ('luna16', {'positions': 'sinusoidal', 'init': 'bert'}),
+    # Every baseline, with the registry's small test options (several blocks at these lengths).
+    # Reformer with a fixed chunk length: in LRA's layout (chunk_length 0) the chunks are 1/B of
+    # the padded length, so the output depends on how far a batch is padded (batches here are
+    # always padded to max_length), though never on the padded values.
+    *((name, {'attention_options': {**registry.get(name).test_options,
+                                    **({'chunk_length': 4} if name == 'reformer' else {})}})
+      for name in sorted(registry.baseline_classes())),
 ]
 
 
