@@ -1,4 +1,4 @@
-"""Image (lra.md §1): grayscale CIFAR-10, 10 classes, 1024 pixel tokens, no padding.
+"""Image (docs/data.md): grayscale CIFAR-10, 10 classes, 1024 pixel tokens, no padding.
 
 Data: TFDS `cifar10`, prepared once on a machine with internet (runs never download):
   python -c "import tensorflow_datasets as tfds; tfds.builder('cifar10', data_dir='data/store/tfds').download_and_prepare()"
@@ -46,7 +46,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   # Dropout 0.1 (the default) and attention dropout 0.3: Luna paper Table 4; LRA used 0.3 / 0.2
   # and the Luna reference script 0.3 / 0.1: we follow the paper.
   m.attention_dropout = 0.3
-  m.mask_padding = False           # pixel 0 is black, not padding (LRA masked it: lra.md §1)
+  m.mask_padding = False           # pixel 0 is black, not padding (LRA masked it: docs/data.md)
   config_lib.set_model(c, arg.model)
 
   if arg.paper:

@@ -1,4 +1,4 @@
-"""ListOps (lra.md §1-2): 10-way classification of nested MIN/MAX/MED/SM expressions.
+"""ListOps (docs/data.md): 10-way classification of nested MIN/MAX/MED/SM expressions.
 
 Run (full, LRA protocol):
   python run_lra.py --config configs/listops.py:luna16 --workdir runs/listops_luna16
@@ -35,7 +35,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   c.eval_every = 500
   c.checkpoint_every = 500
 
-  # Generator settings (lra.md §2); used only when the files are missing.
+  # Generator settings (docs/data.md); used only when the files are missing.
   c.listops = ml_collections.ConfigDict()
   c.listops.num_train = 96000      # examples per split: 96k / 2k / 2k (LRA)
   c.listops.num_val = 2000
@@ -53,7 +53,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.num_layers = 4
   m.ffn_dim = 1024                 # mlp_dim
   m.classifier_dim = 1024
-  m.init = 'bert'                  # Luna reference for ListOps and Text (luna.md §5)
+  m.init = 'bert'                  # Luna reference for ListOps and Text (docs/protocols.md)
   config_lib.set_model(c, arg.model)
 
   if arg.paper:

@@ -1,4 +1,4 @@
-"""Pathfinder (lra.md §1-2): are the two circles joined by one path? 32 x 32 px, hard level.
+"""Pathfinder (docs/data.md): are the two circles joined by one path? 32 x 32 px, hard level.
 
 Data: <data root>/pathfinder32/curv_contour_length_14 from the LRA release
 (`python data/import_lra_release.py <lra_release folder>`), or generated on first use (200k
@@ -37,7 +37,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   c.eval_every = 2000
   c.checkpoint_every = 2000
 
-  # Data: which set, and how to make it when it is missing (lra.md §2).
+  # Data: which set, and how to make it when it is missing (docs/data.md).
   c.pathfinder = ml_collections.ConfigDict()
   c.pathfinder.resolution = 32     # pixels per side: 32 (Pathfinder), 64, 128 (Path-X), 256
   c.pathfinder.difficulty = 'hard'  # 'easy' | 'intermediate' | 'hard' (the paper's Pathfinder)
@@ -58,7 +58,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.classifier_dim = 32
   m.dropout = 0.2                  # Luna paper Table 4 and LRA
   m.head = 'mean'                  # LRA's table (MEAN); override with --config.model.head=cls
-  m.mask_padding = False           # pixel 0 is black, not padding (lra.md §1)
+  m.mask_padding = False           # pixel 0 is black, not padding (docs/data.md)
   config_lib.set_model(c, arg.model)
 
   if arg.paper:

@@ -1,4 +1,4 @@
-"""Path-X (lra.md §1-2): Pathfinder at 128 x 128 px, hard level: 16384 pixel tokens.
+"""Path-X (docs/data.md): Pathfinder at 128 x 128 px, hard level: 16384 pixel tokens.
 
 Data: <data root>/pathfinder128/curv_contour_length_14 from the LRA release
 (`python data/import_lra_release.py <lra_release folder>`; one of the release's two pathfinder128
@@ -37,7 +37,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   c.eval_every = 10000
   c.checkpoint_every = 10000
 
-  # Data (lra.md §2): generating 200k images of 128 px takes long, so it is never implicit.
+  # Data (docs/data.md): generating 200k images of 128 px takes long, so it is never implicit.
   c.pathfinder = ml_collections.ConfigDict()
   c.pathfinder.resolution = 128    # pixels per side
   c.pathfinder.difficulty = 'hard'  # 'easy' | 'intermediate' | 'hard' (the paper's Path-X)
@@ -58,7 +58,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.classifier_dim = 32
   m.dropout = 0.2                  # Luna paper Table 4, Pathfinder row (no Path-X row)
   m.head = 'mean'                  # LRA's table (MEAN); override with --config.model.head=cls
-  m.mask_padding = False           # pixel 0 is black, not padding (lra.md §1)
+  m.mask_padding = False           # pixel 0 is black, not padding (docs/data.md)
   config_lib.set_model(c, arg.model)
 
   if arg.paper:

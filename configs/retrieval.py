@@ -1,4 +1,4 @@
-"""Retrieval (lra.md §1): do two ACL Anthology Network papers cite each other? 2 x 4000 bytes.
+"""Retrieval (docs/data.md): do two ACL Anthology Network papers cite each other? 2 x 4000 bytes.
 
 Data: the LRA release files new_aan_pairs.{train,eval,test}.tsv in <data root>/aan; link them
 there from the unpacked release with

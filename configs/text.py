@@ -1,4 +1,4 @@
-"""Text (lra.md §1): byte-level IMDb sentiment, 2 classes, reviews cut to 4000 bytes.
+"""Text (docs/data.md): byte-level IMDb sentiment, 2 classes, reviews cut to 4000 bytes.
 
 Data: TFDS `imdb_reviews`, prepared once on a machine with internet (runs never download):
   python -c "import tensorflow_datasets as tfds; tfds.builder('imdb_reviews', data_dir='data/store/tfds').download_and_prepare()"
@@ -52,7 +52,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   m.classifier_dim = 1024
   m.dropout = 0.3                  # Luna paper Table 4
   m.attention_dropout = 0.3        # Luna paper Table 4
-  m.init = 'bert'                  # Luna reference for ListOps and Text (luna.md §5)
+  m.init = 'bert'                  # Luna reference for ListOps and Text (docs/protocols.md)
   config_lib.set_model(c, arg.model)
 
   if arg.paper:

@@ -1,4 +1,4 @@
-"""Generates the ListOps TSVs (lra.md §2) in the LRA release layout.
+"""Generates the ListOps TSVs (docs/data.md) in the LRA release layout.
 
   python data/generate_listops.py                      # full set into <data root>/listops-generated
   python data/generate_listops.py --out_dir /tmp/lo --num_train 2000 --seed 1

@@ -1,4 +1,4 @@
-"""Generates Pathfinder / Path-X images (lra.md §2) in the LRA release layout.
+"""Generates Pathfinder / Path-X images (docs/data.md) in the LRA release layout.
 
   python data/generate_pathfinder.py --resolution 32 --difficulty hard     # LRA's Pathfinder
   python data/generate_pathfinder.py --resolution 128 --difficulty hard    # Path-X

@@ -4,7 +4,7 @@
   python data/import_lra_release.py lra_release
   python data/import_lra_release.py lra_release --copy --data_dir /data/lra --tasks retrieval
 
-The release nests a second lra_release/ inside the first (lra.md §1); the folder that holds the
+The release nests a second lra_release/ inside the first (docs/data.md); the folder that holds the
 most of listops-1000/, tsv_data/, pathfinder<res>/ is used, and any other copy is reported. It puts
   listops-1000/basic_{train,val,test}.tsv        -> <root>/listops-1000/
   tsv_data/new_aan_pairs.{train,eval,test}.tsv   -> <root>/aan/

@@ -303,7 +303,8 @@ def _generated_folder(config, root: pathlib.Path) -> tuple[pathlib.Path, bool]:
   settings = generator_settings(config)
   present = [name for name in SPLIT_FILES.values() if (folder / name).exists()]
   if not present:
-    print(f'ListOps: no data in {folder}; generating it (lra.md §2) with {settings}.', flush=True)
+    print(f'ListOps: no data in {folder}; generating it (docs/data.md) with {settings}.',
+          flush=True)
     base.make_folder(folder)
     generate_listops(folder, progress=True, **settings)
     return folder, True

@@ -233,7 +233,7 @@ def _generated_folder(root: pathlib.Path, config) -> tuple[pathlib.Path, bool]:
                          f'--config.data_dir at a root holding the LRA release\'s '
                          f'pathfinder{resolution}/ and use --config.data_source=release.')
   print(f'Pathfinder: {"resuming the generation" if record else "generating"} in {folder} '
-        f'(lra.md §2) with {wanted}.', flush=True)
+        f'(docs/data.md) with {wanted}.', flush=True)
   base.make_folder(set_root)
   generator.generate_pathfinder(set_root, resolution=resolution, difficulty=difficulty,
                                 progress=True, **wanted)

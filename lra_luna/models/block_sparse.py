@@ -22,20 +22,12 @@ import numpy as np
 from flax import nnx
 
 from lra_luna.models.attention import MASKED_SCORE, merge_heads, projection_init
-from lra_luna.models.baselines import RandomFeatures, _QKVOutAttention
+from lra_luna.models.baselines import RandomFeatures, _QKVOutAttention, check_option, is_count
 from lra_luna.models.dropout import Dropout
 
 
 # ----------------------------------------------------------------------------------------------
 # Shared helpers
-
-
-def _is_integer(value) -> bool:
-  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _invalid(cls, option: str, value, valid: str) -> ValueError:
-  return ValueError(f'{cls.__name__} option {option} = {value!r} is not valid: {valid}.')
 
 
 def _with_defaults(cls, options: dict) -> dict:
@@ -178,19 +170,17 @@ class BigBirdAttention(_QKVOutAttention):
     block_size = options['block_size']
     num_random = options['num_random_blocks']
     within = options['random_within']
-    if not _is_integer(block_size) or block_size < 1:
-      raise _invalid(cls, 'block_size', block_size, 'an integer >= 1')
-    if not _is_integer(num_random) or num_random < 0:
-      raise _invalid(cls, 'num_random_blocks', num_random, 'an integer >= 0')
-    if not _is_integer(within) or within < 0:
-      raise _invalid(cls, 'random_within', within,
-                     'an integer >= 0 (0: random blocks from the whole sequence)')
+    name = cls.__name__
+    check_option(name, 'block_size', block_size, is_count(block_size), 'an integer >= 1')
+    check_option(name, 'num_random_blocks', num_random, is_count(num_random, 0),
+                 'an integer >= 0')
+    check_option(name, 'random_within', within, is_count(within, 0),
+                 'an integer >= 0 (0: random blocks from the whole sequence)')
     capacity = max(within // block_size - 1, 0)  # Blocks 1..capacity lie within the limit.
-    if within and num_random > capacity:
-      raise _invalid(cls, 'num_random_blocks', num_random,
-                     f'at most {capacity} with random_within = {within} and block_size = '
-                     f'{block_size} (random blocks come from blocks 1..{capacity}, those in the '
-                     f'first {within} positions); or set random_within = 0')
+    check_option(name, 'num_random_blocks', num_random, not within or num_random <= capacity,
+                 f'at most {capacity} with random_within = {within} and block_size = '
+                 f'{block_size} (random blocks come from blocks 1..{capacity}, those in the '
+                 f'first {within} positions); or set random_within = 0')
 
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
@@ -354,16 +344,14 @@ class SinkhornAttention(_QKVOutAttention):
     activation = options['sort_activation']
     iterations = options['sinkhorn_iterations']
     temperature = options['temperature']
-    if not _is_integer(block_size) or block_size < 1:
-      raise _invalid(cls, 'block_size', block_size, 'an integer >= 1')
-    if activation not in SORT_ACTIVATIONS:
-      raise _invalid(cls, 'sort_activation', activation,
-                     ' or '.join(repr(a) for a in SORT_ACTIVATIONS))
-    if not _is_integer(iterations) or iterations < 1:
-      raise _invalid(cls, 'sinkhorn_iterations', iterations, 'an integer >= 1')
-    if (not isinstance(temperature, numbers.Real) or isinstance(temperature, bool)
-        or not math.isfinite(temperature) or temperature <= 0):
-      raise _invalid(cls, 'temperature', temperature, 'a finite number > 0')
+    name = cls.__name__
+    check_option(name, 'block_size', block_size, is_count(block_size), 'an integer >= 1')
+    check_option(name, 'sort_activation', activation, activation in SORT_ACTIVATIONS,
+                 ' or '.join(repr(a) for a in SORT_ACTIVATIONS))
+    check_option(name, 'sinkhorn_iterations', iterations, is_count(iterations), 'an integer >= 1')
+    check_option(name, 'temperature', temperature,
+                 isinstance(temperature, numbers.Real) and not isinstance(temperature, bool)
+                 and math.isfinite(temperature) and temperature > 0, 'a finite number > 0')
 
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,

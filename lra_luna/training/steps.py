@@ -35,7 +35,7 @@ def majority_rate(targets) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
-# Optimizer and schedules (lra.md §3).
+# Optimizer and schedules (docs/protocols.md).
 # ----------------------------------------------------------------------------------------------
 def make_schedule(config):
   """'rsqrt': lr * min(s/w, sqrt(w/s)) (LRA's linear_warmup * rsqrt_decay, peak-normalised as
