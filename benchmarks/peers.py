@@ -3,7 +3,8 @@
 Run from the repository root (PyTorch is needed for the peer rows only, never by the package):
   pip install torch==2.13.0
   python benchmarks/peers.py [--lengths 1024,2048,4096] [--batch_sizes 1,8] [--rounds 5] \\
-      [--fairseq_apollo /work/.mirror/XuezheMax+fairseq-apollo/repo] [--out_dir runs/peers]
+      [--fairseq_apollo path/to/fairseq-apollo] [--out_dir runs/peers]
+(a checkout of github.com/XuezheMax/fairseq-apollo, or $FAIRSEQ_APOLLO; read at run time, never copied)
 
 Sides, all with the Text task's sizes (D 256, FFN 1024, 4 heads, 4 layers, Luna l = 16), its
 dropout (0.3 on activations and attention probabilities), AdamW and one classification step:
@@ -53,7 +54,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 # The lra_luna to time: this checkout, or in a worker of --trees another version of it.
 TREE = pathlib.Path(os.environ.get('LRA_LUNA_TREE', REPO))
 sys.path.insert(0, str(TREE))  # Run as a script: make lra_luna importable.
-DEFAULT_FAIRSEQ_APOLLO = pathlib.Path('/work/.mirror/XuezheMax+fairseq-apollo/repo')
+DEFAULT_FAIRSEQ_APOLLO = pathlib.Path(os.environ.get('FAIRSEQ_APOLLO', 'fairseq-apollo'))
 FAIRSEQ_FILES = {  # Their file -> where it goes in the stub package.
     'fairseq/modules/luna_attention.py': 'fairseq/modules/luna_attention.py',
     'fairseq/modules/luna_sentence_encoder.py': 'fairseq/modules/luna_sentence_encoder.py',

@@ -4,7 +4,7 @@
 
 For each (model, length) it builds the model with that max_length, the real optimizer and the
 real `steps.train_step`, keeps one random batch on the device, compiles ahead of time (timed on
-its own), warms up and takes the median of timed steps (stack.md, "Measuring speed and memory"),
+its own), warms up and takes the median of timed steps (docs/performance.md),
 with their min and max: a point whose steps spread more than 10% ((max - min) / median) gets a
 warning, in the output and under table2.md, since a busy machine moves ratios by more than that.
 Memory: XLA's estimate for the compiled step (argument + output - alias + temp) everywhere, and

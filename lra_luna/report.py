@@ -1,4 +1,4 @@
-"""Tables and figure of a sweep, beside the published numbers (luna.md §7, lra.md §5).
+"""Tables and figure of a sweep, beside the published numbers (registry.py, published.py).
 
   python -m lra_luna.report runs/sweep [--checkpoint best|last] [--profile profile.json]
                             [--out_dir runs/sweep/report]

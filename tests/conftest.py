@@ -11,3 +11,43 @@ _CACHE_DIR = tempfile.mkdtemp(prefix='lra_luna_test_xla_cache_')
 atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', _CACHE_DIR)
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '1')  # only costly compiles
+
+
+# The slow tier: tests that train, start processes or compile full-size steps (seconds to
+# minutes each). `pytest -m "not slow"` leaves them out: the fast tier, every module in a few
+# minutes; CI runs both. A module name alone marks the whole module.
+SLOW = {
+    'test_campaign': None,
+    'test_install': {'test_run_lra_finds_configs_from_another_folder'},
+    'test_train': None,
+    'test_tasks': {'test_quick_config_trains', 'test_paper_config_trains',
+                   'test_import_lra_release_from_a_nested_tree',
+                   'test_tensorflow_is_imported_only_when_a_tfds_task_loads'},
+    'test_sweep': {'test_vmapped_seeds_match_seeds_run_alone'},
+    'test_predict': {'test_evaluation_equals_the_training_run_for_each_checkpoint',
+                     'test_evaluate_cli_prints_the_sections',
+                     'test_a_workdir_without_checkpoints_is_refused_in_one_line',
+                     'test_probabilities_are_the_restored_models_and_match_test_accuracy',
+                     'test_predict_cli_without_tensorflow',
+                     'test_a_missing_folder_or_a_sweep_root_is_named_as_such'},
+    'test_plugins': {'test_example_trains_and_is_labelled_by_its_class',
+                     'test_sweep_and_report_use_the_label', 'test_profiler_row_of_the_example'},
+    'test_data_safety': {'test_outer_release_folder_is_refused_then_the_inner_one_trains_with_its_source',
+                         'test_generated_data_is_recorded_as_generated',
+                         'test_release_source_never_falls_back_to_generated'},
+    'test_profile': {'test_profiler_runs_end_to_end_and_writes_every_output',
+                     'test_memory_only_compiles_without_running_and_gives_the_same_estimates',
+                     'test_out_of_memory_point_is_recorded_and_the_sweep_goes_on',
+                     'test_luna_memory_grows_linearly_and_the_transformers_faster',
+                     'test_block_sparse_memory_grows_linearly',
+                     'test_a_point_too_big_for_the_host_is_skipped_before_it_runs',
+                     'test_flops_only_counts_the_lowered_step_without_compiling'},
+}
+
+
+def pytest_collection_modifyitems(items):
+  import pytest
+  for item in items:
+    module = item.module.__name__.rpartition('.')[2]
+    if module in SLOW and (SLOW[module] is None or item.originalname in SLOW[module]):
+      item.add_marker(pytest.mark.slow)

@@ -205,6 +205,14 @@ def test_luna_memory_grows_linearly_and_the_transformers_faster(tiny_config):
   assert transformer[2048] / transformer[1024] > 3.0
 
 
+@pytest.mark.parametrize('model_name', ['longformer', 'sinkhorn', 'bigbird'])
+def test_block_sparse_memory_grows_linearly(tiny_config, model_name):
+  """At LRA's block sizes and window these three hold O(n) memory: doubling n at most doubles
+  the step's estimate (within 10%); a dense n x n part would make it grow towards 4x."""
+  memory = {n: estimated_bytes(tiny_config, model_name, n) for n in (1024, 2048)}
+  assert memory[2048] / memory[1024] < 2.2
+
+
 def test_spread_over_repeats_is_reported_and_warned_about_above_ten_percent(tmp_path):
   spread = profile.step_time_spread([1.0, 1.3, 1.1])
   assert spread == {'step_s': 1.1, 'step_s_min': 1.0, 'step_s_max': 1.3,

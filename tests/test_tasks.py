@@ -336,7 +336,8 @@ def test_import_lra_release_from_a_nested_tree(tmp_path, copy):
 @pytest.mark.parametrize('task', TASKS)
 def test_configs_build_for_every_model(task):
   for model in config_lib.MODELS:
-    for arg in (model, f'{model},quick'):
+    # Path-X has no authors' protocol.
+    for arg in (model, f'{model},quick', *([f'{model},paper'] if task != 'pathx' else [])):
       config = task_config(task, arg)
       config_lib.validate(config)
       assert config.task == task and config.model_name == model
