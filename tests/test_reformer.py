@@ -309,10 +309,6 @@ def test_check_options_refuses(option, value, valid):
   ReformerAttention.check_options(max_length=64)  # the defaults pass
 
 
-def test_config_options_are_keyword_defaults():
-  for option in ReformerAttention.CONFIG_OPTIONS:
-    assert option in ReformerAttention.__init__.__kwdefaults__, option
-
 
 def largest_intermediate(jaxpr) -> int:
   """The largest array size among the outputs of every equation, sub-jaxprs included."""

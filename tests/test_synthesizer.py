@@ -235,7 +235,3 @@ def test_check_options_refuses(option, value, valid):
     make(**{option: value})
   SynthesizerAttention.check_options(max_length=64)  # the defaults pass
 
-
-def test_config_options_are_keyword_defaults():
-  for option in SynthesizerAttention.CONFIG_OPTIONS:
-    assert option in SynthesizerAttention.__init__.__kwdefaults__, option

@@ -47,6 +47,21 @@ def _attend_all(q_row, k, v, key_allowed, dropout: Dropout, *, deterministic: bo
   return jnp.einsum('bhk,bhkd->bhd', probs.astype(v.dtype), v)[:, :, None]
 
 
+def _add_cls_key(parts: list, values: list, qb, k, v, mask) -> None:
+  """Appends key 0 ([CLS]) as one more key of every blocked query row qb [B, H, nb, q, d]."""
+  parts.append((jnp.einsum('bhnqd,bhd->bhnq', qb, k[:, :, 0])[..., None],
+                mask[:, None, None, None, :1]))
+  values.append(('bhnqc,bhcd->bhnqd', v[:, :, :1]))
+
+
+def _attend_parts(parts: list, values: list, dropout: Dropout, run: dict):
+  """One softmax over the parts' keys (`_softmax_over_parts`), each part's probabilities
+  applied to its values ((einsum spec, value) per part) and summed."""
+  probs = _softmax_over_parts(parts, dropout, **run)
+  return sum(jnp.einsum(spec, p.astype(value.dtype), value)
+             for p, (spec, value) in zip(probs, values))
+
+
 def _to_blocks(t, length: int, block: int, front: int = 0):
   """[B, H, n, d] -> [B, H, blocks, block, d], `front` filler rows before and filler after up to
   `length` rows (zeros: the caller masks them)."""
@@ -165,13 +180,8 @@ class SparseTransformerAttention(_QKVOutAttention):
 
     # (c) the [CLS] key (position 0 precedes every token, so causal keeps it).
     if self.cls_global:
-      parts.append((jnp.einsum('bhnqd,bhd->bhnq', qb, k[:, :, 0])[..., None],
-                    mask[:, None, None, None, :1]))
-      values.append(('bhnqc,bhcd->bhnqd', v[:, :, :1]))
-
-    probs = _softmax_over_parts(parts, self.dropout, **run)
-    y = sum(jnp.einsum(spec, p.astype(value.dtype), value)
-            for p, (spec, value) in zip(probs, values))
+      _add_cls_key(parts, values, qb, k, v, mask)
+    y = _attend_parts(parts, values, self.dropout, run)
     return y.reshape(b, h, length, d)[:, :, :tokens]
 
 
@@ -285,10 +295,6 @@ class LongformerAttention(_QKVOutAttention):
     parts = [(jnp.einsum('bhnqd,bhnkd->bhnqk', qb, neighbourhood(kb)), allowed)]
     values = [('bhnqk,bhnkd->bhnqd', neighbourhood(vb))]
     if self.global_cls:  # Key 0 precedes every row, so causal keeps it.
-      parts.append((jnp.einsum('bhnqd,bhd->bhnq', qb, k[:, :, 0])[..., None],
-                    mask[:, None, None, None, :1]))
-      values.append(('bhnqc,bhcd->bhnqd', v[:, :, :1]))
-    probs = _softmax_over_parts(parts, self.dropout, **run)
-    y = sum(jnp.einsum(spec, p.astype(value.dtype), value)
-            for p, (spec, value) in zip(probs, values))
+      _add_cls_key(parts, values, qb, k, v, mask)
+    y = _attend_parts(parts, values, self.dropout, run)
     return y.reshape(b, h, num_blocks * block, d)[:, :, :n]
