@@ -337,7 +337,9 @@ def table1(summary: dict, checkpoint: str, training: dict | None = None) -> Tabl
 def table3(summary: dict, checkpoint: str, training: dict | None = None) -> Table:
   tasks = published.CLS_VS_P_TASKS
   columns = [(t, TASK_NAMES[t]) for t in tasks] + [(AVG, 'Avg.')]
-  luna_models = sorted({m for m, _ in summary if 'mean_p' in registry.MODELS.get(m, registry.MODELS['transformer']).heads},
+  # The models with a P to pool (a plug-in is no registry entry and has none).
+  luna_models = sorted({m for m, _ in summary
+                        if m in registry.MODELS and 'mean_p' in registry.MODELS[m].heads},
                        key=lambda m: row_order((m, '')))
   rows = []
   for group, model in enumerate(luna_models):
