@@ -21,6 +21,8 @@ RESULTS_FILE = 'results.json'
 METRICS_FILE = 'metrics.jsonl'
 TENSORBOARD_DIR = 'tb'
 CHECKPOINTS_DIR = 'checkpoints'
+PROFILE_FILE = 'profile.json'      # the profiler's measurements (profile, campaign, report)
+LEARNING_CURVES_FILE = 'learning_curves.png'  # loss and accuracy over steps (per run, per sweep)
 # results.json section ('best', 'last') -> its checkpoint folder under checkpoints/.
 CHECKPOINT_FOLDERS = {'best': 'best', 'last': 'latest'}
 

@@ -1,0 +1,29 @@
+"""What every command-line tool of the suite shares: an argparse parser whose errors are one line
+naming the flag and the --help that lists them (argparse's default prints the whole usage block
+first), and typed list arguments whose errors name what was wrong."""
+
+import argparse
+import sys
+
+
+class ArgumentParser(argparse.ArgumentParser):
+  """argparse.ArgumentParser with one-line errors: `error: --seeds: 'x' is not an integer
+  (python -m lra_luna.sweep --help lists the flags).`, exit status 2 as argparse's."""
+
+  def error(self, message):
+    sys.stderr.write(f'error: {message} ({self.prog} --help lists the flags).\n')
+    sys.exit(2)
+
+
+def int_list(text: str) -> list[int]:
+  """'0,1,2' -> [0, 1, 2]; an argparse type, so a bad entry is reported with its flag."""
+  values = []
+  for item in filter(None, (s.strip() for s in text.split(','))):
+    try:
+      values.append(int(item))
+    except ValueError:
+      raise argparse.ArgumentTypeError(f'{item!r} is not an integer (expected a comma-separated '
+                                       f'list of integers such as 0,1,2)') from None
+  if not values:
+    raise argparse.ArgumentTypeError('expected a comma-separated list of integers such as 0,1,2')
+  return values
