@@ -19,22 +19,16 @@ from ml_collections import config_flags
 
 from lra_luna import protocols
 from lra_luna import registry
+from lra_luna import tasks
 from lra_luna.models import model_config
 import lra_luna
 
-TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx')
+TASKS = tuple(tasks.TASKS)  # the task registry (lra_luna/tasks.py)
 # Model name -> its registry entry (lra_luna/registry.py): the config words of the models.
 MODELS = registry.MODELS
 SCHEDULES = ('rsqrt', 'cosine')
 # Where a task's data may come from (config.data_source); the first is the default.
-DATA_SOURCES = {
-    'listops': ('auto', 'release', 'generated'),
-    'pathfinder': ('auto', 'release', 'generated'),
-    'pathx': ('auto', 'release', 'generated'),
-    'retrieval': ('auto', 'release'),
-    'text': ('auto', 'tfds'),
-    'image': ('auto', 'tfds'),
-}
+DATA_SOURCES = {name: task.data_sources for name, task in tasks.TASKS.items()}
 # The task configs: configs/ of the checkout, else the copy installed as lra_luna/configs.
 CONFIG_DIR = (lra_luna.CHECKOUT or pathlib.Path(__file__).resolve().parent) / 'configs'
 

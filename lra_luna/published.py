@@ -9,14 +9,16 @@ Pathfinder). Averages are as printed, not recomputed (a row's `note` says where 
 
 import dataclasses
 
+from lra_luna import tasks
+
 # Ma et al., "Luna: Linear Unified Nested Attention", NeurIPS 2021 (shared/paper/luna_paper.tex).
 LUNA_PAPER = 'Ma et al. 2021 (Luna)'
 # Tay et al., "Long Range Arena: A Benchmark for Efficient Transformers", ICLR 2021.
 LRA_PAPER = 'Tay et al. 2021 (LRA)'
 
 # The five tasks of the papers' tables and averages (Path-X: every model failed, chance level).
-TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder')
-CLS_VS_P_TASKS = ('listops', 'text', 'retrieval')
+TASKS = tasks.TABLE1_TASKS
+CLS_VS_P_TASKS = tasks.TABLE3_TASKS
 
 
 @dataclasses.dataclass(frozen=True)

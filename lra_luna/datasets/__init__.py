@@ -7,17 +7,11 @@ Readers are imported only when their task is asked for, so that only the TFDS-ba
 
 import importlib
 
+from lra_luna import tasks
 from lra_luna.datasets import base
 
-# task -> (module, loader function)
-READERS = {
-    'listops': ('lra_luna.datasets.listops', 'load_listops'),
-    'text': ('lra_luna.datasets.text', 'load_text'),
-    'retrieval': ('lra_luna.datasets.retrieval', 'load_retrieval'),
-    'image': ('lra_luna.datasets.image', 'load_image'),
-    'pathfinder': ('lra_luna.datasets.pathfinder', 'load_pathfinder'),
-    'pathx': ('lra_luna.datasets.pathfinder', 'load_pathfinder'),
-}
+# task -> (module, loader function), from the task registry.
+READERS = {name: tuple(task.reader.split(':')) for name, task in tasks.TASKS.items()}
 
 
 def reader_module(task: str):
@@ -28,7 +22,7 @@ def reader_module(task: str):
 
 
 # Tasks whose every example fills its row: no padding, and id 0 is a real token (a black pixel).
-FULL_LENGTH_TASKS = ('image', 'pathfinder', 'pathx')
+FULL_LENGTH_TASKS = tuple(name for name, task in tasks.TASKS.items() if task.full_length)
 
 
 def load_task(config):
