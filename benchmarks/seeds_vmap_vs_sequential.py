@@ -44,8 +44,8 @@ def loop_speed(workdirs) -> float | None:
   """Median logged training steps/s over the runs, each without its first (compiling) interval."""
   speeds = []
   for workdir in workdirs:
-    rows = [r['steps_per_sec'] for r in run_folder.read_jsonl(workdir / run_folder.METRICS_FILE)
-            if 'steps_per_sec' in r]
+    rows = [r['steps_per_s'] for r in run_folder.read_jsonl(workdir / run_folder.METRICS_FILE)
+            if 'steps_per_s' in r]
     speeds += rows[1:]
   return statistics.median(speeds) if speeds else None
 

@@ -83,6 +83,8 @@ def base_config() -> ml_collections.ConfigDict:
   the fields marked (*) are placeholders (0 or empty) that validate() refuses."""
   c = ml_collections.ConfigDict()
   c.task = ''                       # one of TASKS
+  # configs/<task>.py:<words> this config was built from; set by load_config (run_record).
+  c.preset = ''
   c.protocol = 'lra'                # 'lra' (LRA sizes, Table 4 rates) | 'paper' (protocols.py)
   c.model_name = ''                 # one of MODELS (set_model); a plug-in needs 'transformer'
   c.seed = 0                        # training seed: parameters, dropout and data order
@@ -307,6 +309,7 @@ def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
   config = module.get_config() if arg is None else module.get_config(arg)
+  config.preset = f'{path.name}:{arg or ""}'  # what run_record measures the run against
   config.lock()
   check_override_keys(config, override_keys(overrides))
   # config_flags parses the values of the overrides against the fields' types.
@@ -318,3 +321,97 @@ def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
   except flags.Error as e:
     raise ValueError(str(e).strip().splitlines()[0]) from None
   return flag_values.config
+
+
+# ----------------------------------------------------------------------------------------------
+# The run record: what results.json says of how a run trained against its preset, so that
+# report and campaign read it instead of guessing.
+# ----------------------------------------------------------------------------------------------
+# Fields that say where a config came from, not how it trains: a rerun may differ in them.
+BOOKKEEPING_FIELDS = ('preset',)
+# Fields never listed as overrides of a preset: they do not change how a run trains (where it
+# runs, which seed, its progress output), or have their own column (the sweep's head).
+NOT_OVERRIDE_FIELDS = (*BOOKKEEPING_FIELDS, 'seed', 'data_dir', 'progress_bar', 'model.head')
+# Config words that shorten a run; the full run of a preset is the preset without them.
+SHORTENING_WORDS = ('quick', 'smoke')
+
+
+def preset_word(preset: str, word: str) -> bool:
+  """Whether a flag word ('quick') is on in a preset 'listops.py:luna16,quick' (the last of
+  `quick`, `quick=true`, `quick=false` wins, as in parse_arg)."""
+  on = False
+  for item in preset.partition(':')[2].split(','):
+    key, has_value, value = item.strip().partition('=')
+    if key == word:
+      on = not has_value or value.strip().lower() == 'true'
+  return on
+
+
+def preset_config(preset: str) -> ml_collections.ConfigDict | None:
+  """The config of a preset of CONFIG_DIR without overrides; None when it cannot be built (a
+  config file outside CONFIG_DIR, a word this checkout does not know)."""
+  name = preset.partition(':')[0]
+  if not name or not (CONFIG_DIR / name).is_file():
+    return None
+  try:
+    return load_config(f'{CONFIG_DIR / name}:{preset.partition(":")[2]}')
+  except ValueError:
+    return None
+
+
+def full_preset(config: ml_collections.ConfigDict) -> str:
+  """config's preset without the words that shorten it; for a config not built by load_config,
+  the preset of its task, model and protocol."""
+  preset = config.get('preset', '')
+  if not preset:
+    words = [config.model_name] + (['paper'] if config.protocol == 'paper' else [])
+    return f'{config.task}.py:{",".join(words)}'
+  name, _, arg = preset.partition(':')
+  kept = [w for w in arg.split(',') if w.strip() and w.strip().partition('=')[0] not in
+          SHORTENING_WORDS]
+  return f'{name}:{",".join(kept)}'
+
+
+def full_run_steps(config: ml_collections.ConfigDict) -> int | None:
+  """num_train_steps of the full run of config's task, model and protocol (its preset without
+  quick or smoke, without overrides); None when that preset cannot be built."""
+  full = preset_config(full_preset(config))
+  return None if full is None else full.num_train_steps
+
+
+def shortened_reasons(config, full_steps=None) -> list[str]:
+  """Why a run is shorter than the full run of its protocol; [] for a full run. THE one test of
+  "shortened" (report's tables, campaign's facts): the quick word, a smoke test, fewer steps than
+  `full_steps` (None: looked up with full_run_steps()), a capped evaluation."""
+  if full_steps is None:
+    full_steps = full_run_steps(config)
+  reasons = []
+  if preset_word(config.get('preset', ''), 'quick'):
+    reasons.append('quick config')
+  if config.get('smoke'):
+    reasons.append('smoke test')
+  if full_steps and config.num_train_steps < full_steps:
+    reasons.append(f'{config.num_train_steps} of {full_steps} steps')
+  if config.get('max_eval_batches', 0) > 0:
+    reasons.append(f'evaluation capped at {config.max_eval_batches} batches')
+  return reasons
+
+
+def preset_overrides(config: ml_collections.ConfigDict) -> list[str] | None:
+  """Sorted 'key=value' of the fields where config differs from its own preset (without
+  NOT_OVERRIDE_FIELDS); None when the preset is unknown or cannot be built."""
+  preset = preset_config(config.get('preset', ''))
+  if preset is None:
+    return None
+  ours, theirs = flatten(config), flatten(preset)
+  return [f'{key}={ours.get(key)}' for key in sorted(set(ours) | set(theirs))
+          if key not in NOT_OVERRIDE_FIELDS and ours.get(key) != theirs.get(key)]
+
+
+def run_record(config: ml_collections.ConfigDict) -> dict:
+  """What results.json['run'] records of how a run trained: its preset, protocol, model entry,
+  steps against the full run's, overrides of its preset and shortened_reasons."""
+  steps = full_run_steps(config)
+  return {'preset': config.get('preset', ''), 'protocol': config.protocol,
+          'model': config.model_name, 'steps': config.num_train_steps, 'full_steps': steps,
+          'overrides': preset_overrides(config), 'shortened': shortened_reasons(config, steps)}

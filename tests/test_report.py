@@ -6,10 +6,14 @@ import statistics
 
 import pytest
 
+import ml_collections
+
 from lra_luna import config_lib
 from lra_luna import published
 from lra_luna import registry
 from lra_luna import report
+from lra_luna import tables
+from lra_luna.training import run_folder
 
 # (task, model, head) -> test accuracies (fractions) of the last checkpoint, one per seed.
 LAST = {
@@ -24,7 +28,7 @@ LAST = {
 BEST_OFFSET = 0.01  # best = last + 1 point, to tell the two apart
 
 
-def write_result(root, task, model, head, seed, last):
+def write_result(root, task, model, head, seed, last, run=None):
   workdir = root / task / model / head / f'seed{seed}'
   workdir.mkdir(parents=True)
   section = lambda acc: {'step': 100, 'val_accuracy': acc, 'val_loss': 1.0, 'test_accuracy': acc,
@@ -33,10 +37,12 @@ def write_result(root, task, model, head, seed, last):
             'steps': 100, 'val_accuracy': last, 'val_loss': 1.0, 'test_accuracy': last,
             'test_loss': 1.0, 'test_majority_rate': 0.1,
             'last': section(last), 'best': section(last + BEST_OFFSET)}
+  if run is not None:
+    result['run'] = run
   (workdir / 'results.json').write_text(json.dumps(result))
   # Logged training speed, read by Figure 1 when no profile is given.
   (workdir / 'metrics.jsonl').write_text(
-      ''.join(json.dumps({'step': s, 'steps_per_sec': 10.0 + s}) + '\n' for s in (50, 100)))
+      ''.join(json.dumps({'step': s, 'steps_per_s': 10.0 + s}) + '\n' for s in (50, 100)))
   return workdir
 
 
@@ -110,10 +116,10 @@ def test_writes_three_formats_with_missing_cells(sweep, tmp_path):
   assert any(r['model'] == 'Luna-16, P' and r['listops_mean'] == '38.0600' for r in rows3)
 
 
-# The brief's profile fields, and the ones lra_luna/profile.py writes.
+# A bare list of points with peak memory, and what lra_luna/profile.py writes.
 PROFILES = {
-    'brief': [{'model': 'luna16', 'length': 1000, 'steps_per_sec': 5.0, 'memory_bytes': 1e8},
-              {'model': 'transformer', 'length': 1000, 'steps_per_sec': 4.0, 'memory_bytes': 4e8},
+    'brief': [{'model': 'luna16', 'length': 1000, 'steps_per_s': 5.0, 'memory_bytes': 1e8},
+              {'model': 'transformer', 'length': 1000, 'steps_per_s': 4.0, 'memory_bytes': 4e8},
               {'model': 'transformer', 'length': 4000, 'oom': True}],
     'profile.py': {'points': [
         {'model': 'luna16', 'length': 1000, 'status': 'ok', 'steps_per_s': 5.0,
@@ -128,7 +134,7 @@ PROFILES = {
 def test_figure_written(sweep, tmp_path, profile_kind):
   profile = None
   if profile_kind:
-    profile = tmp_path / 'profile.json'
+    profile = tmp_path / run_folder.PROFILE_FILE
     profile.write_text(json.dumps(PROFILES[profile_kind]))
   paths = report.make_report(sweep, profile=profile, out_dir=tmp_path / 'out')
   figures = [p for p in paths if p.name.startswith('figure1')]
@@ -142,15 +148,15 @@ def test_profile_fields_read(profile_kind, memory_key):
   points, key = report.measured_points(PROFILES[profile_kind])
   assert key == memory_key
   assert points == [
-      {'model': 'luna16', 'length': 1000, 'steps_per_sec': 5.0, 'memory_bytes': 1e8},
-      {'model': 'transformer', 'length': 1000, 'steps_per_sec': 4.0, 'memory_bytes': 4e8}]
+      {'model': 'luna16', 'length': 1000, 'steps_per_s': 5.0, 'memory_bytes': 1e8},
+      {'model': 'transformer', 'length': 1000, 'steps_per_s': 4.0, 'memory_bytes': 4e8}]
 
 
 def test_profile_length_is_longest_common_measured():
   points, _ = report.measured_points([
-      {'model': 'a', 'length': 1000, 'steps_per_sec': 5.0, 'memory_bytes': 1},
-      {'model': 'a', 'length': 4000, 'steps_per_sec': 2.0, 'memory_bytes': 3},
-      {'model': 'b', 'length': 1000, 'steps_per_sec': 4.0, 'memory_bytes': 2},
+      {'model': 'a', 'length': 1000, 'steps_per_s': 5.0, 'memory_bytes': 1},
+      {'model': 'a', 'length': 4000, 'steps_per_s': 2.0, 'memory_bytes': 3},
+      {'model': 'b', 'length': 1000, 'steps_per_s': 4.0, 'memory_bytes': 2},
       {'model': 'b', 'length': 4000, 'oom': True}])
   label, speeds = report.profile_speeds(points, {'a', 'b'})
   assert '1000' in label and speeds == {'a': (5.0, 1), 'b': (4.0, 2)}
@@ -171,7 +177,8 @@ def test_published_averages_match_their_rows():
   """Averages as printed equal the mean of their scores, except where a row's note says the
   paper misprinted it (Sinkhorn: 51.39 printed, its scores average 51.48)."""
   rows = registry.table1_rows() + published.TABLE3
-  assert len(registry.table1_rows()) == 15  # the Luna paper's Table 1
+  luna_table1 = [r for r in registry.table1_rows() if r.table == 'Table 1']
+  assert len(luna_table1) == 15  # the Luna paper's Table 1 (other papers' rows may follow)
   for row in rows:
     values = list(row.accuracy.values())
     mean = statistics.fmean(values)
@@ -192,26 +199,27 @@ RELEASE = {'source': 'release', 'path': '/data/listops-1000',
            'examples': {'train': 96000, 'validation': 2000, 'test': 2000}}
 
 
-def set_data(workdir, data):
+def set_field(workdir, key, value):
+  """Sets one field of a run's results.json."""
   path = workdir / 'results.json'
-  path.write_text(json.dumps({**json.loads(path.read_text()), 'data': data}))
+  path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
 
 
 def test_tables_say_which_data_and_refuse_mixed_data(sweep, tmp_path):
   listops_runs = sorted(sweep.glob('listops/*/*/seed*'))
   for workdir in listops_runs:
-    set_data(workdir, GENERATED)
+    set_field(workdir, 'data', GENERATED)
   report.make_report(sweep, out_dir=tmp_path / 'out')
   table = (tmp_path / 'out' / 'table1.md').read_text()
   assert 'ListOps: generated (num_train 96000, seed 0)' in table
   assert 'Text: not recorded' in table
   # One seed on the release, the others on generated data: no table averages the two.
-  set_data(listops_runs[0], RELEASE)
+  set_field(listops_runs[0], 'data', RELEASE)
   with pytest.raises(ValueError, match='listops runs read different data'):
     report.make_report(sweep, out_dir=tmp_path / 'out2')
   # The same data at another path (another machine) is the same data.
   for workdir in listops_runs:
-    set_data(workdir, {**GENERATED, 'path': f'/elsewhere/{workdir.name}'})
+    set_field(workdir, 'data', {**GENERATED, 'path': f'/elsewhere/{workdir.name}'})
   report.make_report(sweep, out_dir=tmp_path / 'out3')
 
 
@@ -227,60 +235,137 @@ def test_unreadable_or_foreign_results_name_the_file(sweep, capsys):
   assert 'is not a folder' in capsys.readouterr().err
 
 
-def write_config(workdir, spec, **overrides):
-  """config.json of a run from `spec` with `overrides` (as run_lra.py writes it)."""
-  config = config_lib.load_config(spec)
-  for key, value in overrides.items():
-    config[key] = value
-  (workdir / 'config.json').write_text(config.to_json())
+QUICK = f'{config_lib.CONFIG_DIR}/listops.py:luna16,quick'
 
 
-def test_every_caption_and_csv_row_says_steps_against_the_protocol(sweep, tmp_path):
-  quick = f'{config_lib.CONFIG_DIR}/listops.py:luna16,quick'
-  for workdir in sweep.glob('listops/luna16/cls/seed*'):  # shortened, with an override
-    write_config(workdir, quick, num_train_steps=300, eval_every=100)
-  for workdir in sweep.glob('listops/transformer/cls/seed*'):  # the full protocol
-    write_config(workdir, f'{config_lib.CONFIG_DIR}/listops.py:transformer,quick',
-                 data_dir='/elsewhere')  # Where data lives is not an override.
-  record = report.training_record(report.load_results(sweep / 'listops' / 'luna16')[0])
-  assert record == {'protocol': 'lra', 'steps': 300, 'protocol_steps': 1500, 'shortened': True,
-                    'overrides': ['eval_every=100', 'num_train_steps=300']}
+def run_record(spec=QUICK, *overrides):
+  """results.json 'run' of a run of `spec` with --config.<key>=<value> `overrides`."""
+  return config_lib.run_record(config_lib.load_config(spec, [f'--config.{o}' for o in overrides]))
 
+
+def test_run_record_states_the_preset_full_steps_overrides_and_why_shortened():
+  full = config_lib.load_config(f'{config_lib.CONFIG_DIR}/listops.py:luna16').num_train_steps
+  # Where it ran, its seed and its head are no overrides of the preset.
+  record = run_record(QUICK, 'num_train_steps=300', 'eval_every=100', 'seed=3',
+                      'data_dir=/elsewhere', 'progress_bar=false', 'model.head=mean_p')
+  assert record == {'preset': 'listops.py:luna16,quick', 'protocol': 'lra', 'model': 'luna16',
+                    'steps': 300, 'full_steps': full,
+                    'overrides': ['eval_every=100', 'num_train_steps=300'],
+                    'shortened': ['quick config', f'300 of {full} steps']}
+  # A full preset as it is: nothing shortened, nothing overridden.
+  assert run_record(f'{config_lib.CONFIG_DIR}/text.py:transformer') == {
+      'preset': 'text.py:transformer', 'protocol': 'lra', 'model': 'transformer',
+      'steps': config_lib.load_config('configs/text.py:transformer').num_train_steps,
+      'full_steps': config_lib.load_config('configs/text.py:transformer').num_train_steps,
+      'overrides': [], 'shortened': []}
+  # The authors' protocol is measured against its own full run.
+  paper = run_record(f'{config_lib.CONFIG_DIR}/listops.py:quick=true,transformer,paper')
+  paper_full = config_lib.load_config('configs/listops.py:transformer,paper').num_train_steps
+  assert paper['protocol'] == 'paper' and paper['full_steps'] == paper_full
+  assert paper['shortened'][0] == 'quick config'
+
+
+def test_shortened_reasons_is_the_one_definition():
+  config = config_lib.load_config(f'{config_lib.CONFIG_DIR}/listops.py:luna16')
+  assert config_lib.shortened_reasons(config) == []
+  assert config_lib.shortened_reasons(config, full_steps=config.num_train_steps + 1) == [
+      f'{config.num_train_steps} of {config.num_train_steps + 1} steps']
+  # A smoke test (read with .get: the field is optional) with a capped evaluation.
+  smoke = ml_collections.ConfigDict({**config.to_dict(), 'smoke': True, 'max_eval_batches': 2})
+  assert config_lib.shortened_reasons(smoke) == ['smoke test', 'evaluation capped at 2 batches']
+  quick = config_lib.load_config(f'{config_lib.CONFIG_DIR}/listops.py:luna16,quick=false')
+  assert config_lib.shortened_reasons(quick) == []  # quick=false is the full preset
+
+
+def test_a_rerun_may_differ_in_its_preset_alone(tmp_path):
+  config = config_lib.load_config(QUICK)
+  saved = json.loads(config.to_json())
+  saved.pop('preset')  # a config.json from before the run record
+  assert run_folder.config_differences(saved, config) == []
+  saved['eval_every'] = 7
+  assert run_folder.config_differences(saved, config) == ['eval_every']
+
+
+def report_lines(path, start):
+  return [l for l in path.read_text().splitlines() if l.startswith(start)]
+
+
+def test_tables_show_the_run_records_the_same_way_everywhere(sweep, tmp_path):
+  shortened = run_record(QUICK, 'num_train_steps=300')
+  full = run_record(f'{config_lib.CONFIG_DIR}/listops.py:transformer')
+  for workdir in sweep.glob('listops/luna16/cls/seed*'):
+    set_field(workdir, 'run', shortened)
+  for workdir in sweep.glob('listops/transformer/cls/seed*'):
+    set_field(workdir, 'run', full)
   out = tmp_path / 'out'
   report.make_report(sweep, out_dir=out)
-  md = (out / 'table1.md').read_text()
-  caption = md.splitlines()[0]
-  assert '300/1500 steps (lra) SHORTENED' in caption and '1500/1500 steps (lra)' in caption
-  assert 'SHORTENED: 1 of our 3 rows' in caption and 'unknown (no config.json' in caption
-  luna = next(l for l in md.splitlines() if l.startswith('| luna16 | cls | ours'))
-  assert 'SHORTENED; overrides: eval_every=100 num_train_steps=300' in luna
-  transformer = next(l for l in md.splitlines() if l.startswith('| transformer | cls | ours'))
-  assert '1500/1500 steps (lra) |' in transformer and 'SHORTENED' not in transformer
+  md = out / 'table1.md'
+  caption = md.read_text().splitlines()[0]
+  words = f'300 steps (lra); SHORTENED: quick config, 300 of {shortened["full_steps"]} steps'
+  assert words in caption and 'SHORTENED: 1 of our 3 rows' in caption
+  assert "full run." not in caption
+  assert 'not recorded' in caption  # luna16's other tasks have no run record
+  luna = report_lines(md, '| luna16 | cls | ours')[0]
+  assert f'ListOps: {words}; overrides: num_train_steps=300; Text, Retrieval, Image, ' \
+         'Pathfinder: not recorded |' in luna
+  transformer = report_lines(md, '| transformer | cls | ours')[0]
+  assert f'| {full["steps"]} steps (lra) |' in transformer
+  assert words in (out / 'table3.md').read_text().splitlines()[0]
   assert 'SHORTENED' in (out / 'table1.tex').read_text().split(r'\label')[0]
-  assert '300/1500 steps (lra) SHORTENED' in (out / 'table3.md').read_text().splitlines()[0]
-
   rows = {(r['model'], r['head'], r['source']): r
           for r in csv.DictReader((out / 'table1.csv').open())}
   luna_row = rows[('luna16', 'cls', 'ours')]
-  # ListOps runs are shortened; its other tasks' runs have no config.json (protocol unknown).
-  values = lambda field: set(luna_row[field].split(' | '))
-  assert values('steps') == {'300', '100'} and values('protocol_steps') == {'1500', ''}
-  assert values('shortened') == {'True', ''} and 'num_train_steps=300' in luna_row['overrides']
-  assert rows[('transformer', 'cls', 'ours')]['shortened'] == 'False'
-  assert rows[('transformer', 'cls', 'ours')]['overrides'] == ''
+  assert luna_row['steps'] == '300; ' and luna_row['overrides'] == 'num_train_steps=300; '
+  assert luna_row['shortened'] == f'quick config, 300 of {shortened["full_steps"]} steps; '
+  assert rows[('transformer', 'cls', 'ours')]['shortened'] == ''
+  assert rows[('transformer', 'cls', 'ours')]['preset'] == 'listops.py:transformer'
 
 
-def test_protocol_is_named_when_the_config_has_one(sweep):
-  # A shortened run of the authors' protocol is measured against that protocol's own steps.
-  workdir = next(sweep.glob('listops/transformer/cls/seed0'))
-  spec = f'{config_lib.CONFIG_DIR}/listops.py:transformer,quick,paper'
-  write_config(workdir, spec, num_train_steps=100)
-  result = next(r for r in report.load_results(workdir))
-  record = report.training_record(result)
-  protocol_steps = config_lib.load_config(spec).num_train_steps
-  assert record['protocol'] == 'paper' and record['protocol_steps'] == protocol_steps
-  assert record['shortened'] and record['overrides'] == ['num_train_steps=100']
-  assert f'100/{protocol_steps} steps (paper) SHORTENED' in report.describe_training([record])
+def test_a_full_report_says_so_and_an_unrecorded_one_does_not(sweep, tmp_path):
+  out = tmp_path / 'out'
+  report.make_report(sweep, out_dir=out)
+  caption = (out / 'table1.md').read_text().splitlines()[0]
+  assert 'Ours trained: not recorded.' in caption and 'full run.' not in caption
+  for path in sweep.rglob('results.json'):
+    set_field(path.parent, 'run', run_record(f'{config_lib.CONFIG_DIR}/listops.py:luna16'))
+  report.make_report(sweep, out_dir=out)
+  caption = (out / 'table1.md').read_text().splitlines()[0]
+  assert "Every row of ours trained its protocol's full run." in caption
+  assert 'SHORTENED' not in caption and 'not recorded' not in caption
+
+
+def test_a_single_quick_run_is_marked_shortened(tmp_path):
+  write_result(tmp_path / 'sweep', 'listops', 'luna16', 'cls', 0, 0.5, run=run_record())
+  report.make_report(tmp_path / 'sweep', out_dir=tmp_path / 'out')
+  text = (tmp_path / 'out' / 'table1.md').read_text()
+  assert 'SHORTENED: quick config' in text.splitlines()[0]
+  assert 'SHORTENED: quick config' in report_lines(tmp_path / 'out' / 'table1.md',
+                                                   '| luna16 | cls | ours')[0]
+  assert 'full run.' not in text.splitlines()[0]
+
+
+def test_every_written_markdown_table_is_well_formed(tmp_path):
+  """Runs of one row that trained different steps (ListOps 300, Pathfinder 200) share the
+  Training cell without a raw ' | '; Table 3 has only the head that ran."""
+  sweep = tmp_path / 'sweep'
+  for seed in (0, 1):
+    write_result(sweep, 'listops', 'luna16', 'cls', seed, 0.4,
+                 run=run_record(QUICK, 'num_train_steps=300'))
+    write_result(sweep, 'pathfinder', 'luna16', 'cls', seed, 0.7,
+                 run=run_record(f'{config_lib.CONFIG_DIR}/pathfinder.py:luna16,quick',
+                                'num_train_steps=200'))
+  paths = report.make_report(sweep, out_dir=tmp_path / 'out')
+  written = [p for p in paths if p.suffix == '.md']
+  assert {p.name for p in written} == {'table1.md', 'table3.md'}
+  for path in written:
+    for table in tables.parse_markdown(path.read_text()):
+      assert all(len(row) == len(table['header']) for row in table['rows'])
+      assert not any(' | ' in cell for row in table['rows'] for cell in row)
+  table1 = tables.parse_markdown((tmp_path / 'out' / 'table1.md').read_text())[0]
+  luna = next(row for row in table1['rows'] if row[:3] == ['luna16', 'cls', 'ours'])
+  assert luna[-1].startswith('ListOps: 300 steps (lra)') and '; Pathfinder: 200 steps' in luna[-1]
+  table3 = tables.parse_markdown((tmp_path / 'out' / 'table3.md').read_text())[0]
+  assert [row[:2] for row in table3['rows'] if row[2] == 'ours'] == [['luna16', 'cls']]
 
 
 def test_missing_profile_names_the_flag_says_optional_and_which_command(sweep, tmp_path, capsys):
@@ -302,7 +387,7 @@ def test_figure_without_profile_puts_each_model_at_one_speed_and_labels_apart(sw
   # Two heads of luna16 whose runs logged different speeds: one x for the model.
   for workdir in sweep.glob('listops/luna16/mean_p/seed*'):
     (workdir / 'metrics.jsonl').write_text(
-        ''.join(json.dumps({'step': s, 'steps_per_sec': 99.0}) + '\n' for s in (50, 100)))
+        ''.join(json.dumps({'step': s, 'steps_per_s': 99.0}) + '\n' for s in (50, 100)))
   summary = report.summarize(report.load_results(sweep), 'last')
   fig = report.figure1(summary, report.load_results(sweep), None, 'last')
   xs = {}

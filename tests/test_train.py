@@ -85,7 +85,7 @@ def test_training_lowers_loss_and_writes_results(data_dir, tmp_path, model):
   assert written['best']['test_examples'] == 64  # every test example, none dropped
   rows = [r for r in run_folder.read_jsonl(tmp_path / 'run' / 'metrics.jsonl') if 'train_loss' in r]
   assert rows[-1]['train_loss'] < rows[0]['train_loss']
-  assert all('steps_per_sec' in r and 'grad_norm' in r for r in rows)
+  assert all('steps_per_s' in r and 'grad_norm' in r for r in rows)
   assert list((tmp_path / 'run' / 'tb').iterdir())  # TensorBoard events
   assert json.loads((tmp_path / 'run' / 'config.json').read_text())['model_name'] == model
 
@@ -446,4 +446,4 @@ def test_progress_lines_show_the_logged_loss_and_leave_out_the_compile(tmp_path,
   match = re.fullmatch(r'train step 10/20: loss (\S+), (\S+) steps/s, (\S+) left', line)
   assert match, line
   assert match[1] == f'{row["train_loss"]:.4f}'
-  assert float(match[2]) > 20 and row['steps_per_sec'] > 20  # 9 steps in far less than 1 s
+  assert float(match[2]) > 20 and row['steps_per_s'] > 20  # 9 steps in far less than 1 s

@@ -121,7 +121,7 @@ class TrainingMonitor:
     self._last_log = (step, now)
     for i, writer in enumerate(self.writers):
       mean = {k: float(np.mean(v[i])) for k, v in values.items()}
-      writer.write_scalars(step, {**mean, 'steps_per_sec': speed,
+      writer.write_scalars(step, {**mean, 'steps_per_s': speed,
                                   'learning_rate': float(self.schedule(step))})
     self._show(step, float(np.mean(values['train_loss'])), now)  # the mean written, over seeds
 

@@ -223,7 +223,7 @@ def final_results(config, runs, state, data, evaluate, label, num_params, monito
                'protocol': config.protocol,
                'seed': int(run.seed), 'num_params': num_params, 'steps': config.num_train_steps,
                'test_majority_rate': steps.majority_rate(data.splits['test']['targets']),
-               'data': data.source}
+               'data': data.source, 'run': config_lib.run_record(config)}
     for name, (val, test) in sections.items():
       results[name] = steps.checkpoint_metrics(
           config.num_train_steps if name == 'last' else run.best['step'], val, test, i)

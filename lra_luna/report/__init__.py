@@ -1,0 +1,55 @@
+"""Tables and figure of a sweep, beside the published numbers (registry.py, published.py).
+
+  python -m lra_luna.report runs/sweep [--checkpoint best|last] [--profile profile.json]
+                            [--out_dir runs/sweep/report]
+
+Reads every results.json under the sweep folder (by its own task/model/head/seed keys, not its
+path) and writes to out_dir (default SWEEP_DIR/report), each table through lra_luna/tables.py:
+- table1.{md,tex,csv}: test accuracy per task and (model, head): mean ± sample std (ddof=1) over
+  seeds with n; the average over the five tasks and without Retrieval; the papers' rows beside.
+- table3.{md,tex,csv}: Luna's [CLS] (`cls`) vs mean-pooled final P (`mean_p`) on ListOps, Text,
+  Retrieval, with their average; only the heads that ran.
+- figure1.{png,pdf}: accuracy (y) vs training steps/s (x), circle area proportional to memory.
+Accuracies are percent of the chosen checkpoint's test set; every table says which checkpoint.
+A missing cell is '—' (empty in CSV), never 0; an average needs every one of its tasks.
+
+How each run trained is what it recorded at train time (results.json 'run',
+config_lib.run_record): its preset, protocol, steps against the full run's, overrides of its
+preset, and why it is SHORTENED (config_lib.shortened_reasons: a quick config, a smoke test,
+fewer steps than the full run, a capped evaluation). The Training column and every caption say
+it, e.g. "1500 steps (lra); SHORTENED: quick config, 1500 of 5000 steps"; differing runs of one
+row are joined by '; ', each after its tasks. A caption calls our rows full only when no run is
+shortened or unrecorded; a results.json without its record is "not recorded", never guessed.
+The CSVs carry the same fields (training, preset, protocol, steps, full_steps, shortened,
+overrides).
+
+Figure 1. y: the average without Retrieval (the paper's Figure 1) for the rows that have it;
+if none has, the task with the most rows. x and circle area, with --profile: the profile's point
+of each model at the longest length measured for all plotted models (else the longest there is).
+Fields read per point (the file is a list of points, or {'points': [...]} as lra_luna/profile.py
+writes): 'model', 'length', speed 'steps_per_s'; memory, the first of 'memory_bytes',
+'device_peak_bytes', 'estimated_bytes' that every measured point has (none: one circle size); a
+point with 'oom': true or a 'status' other than 'ok' is not measured. Others are ignored. A
+profile of another task than y's is plotted with the mismatch stated in the title (and on
+stderr). Without --profile: x = one speed per model, the median logged training steps/s
+('steps_per_s' of metrics.jsonl) over all its runs behind y, every head and seed (training-time
+speed, under whatever load the machine had; a vmapped run logs the speed of all its seeds
+together), all circles one size. Labels are moved apart where they would overlap. Where a
+plotted run was shortened, the title says how.
+
+A folder that lra_luna/campaign ran holds campaign.json: its facts (protocol, training steps,
+data, and CUT SHORT with what falls short of the protocol) then close every table caption, sit
+under the figure and fill a 'campaign' column of the CSVs.
+
+Modules: runs (results.json files, seed statistics, run records), sources (data and campaign
+facts), tables (Tables 1 and 3), figures (Figure 1), command (make_report, main).
+"""
+
+from lra_luna.report.command import load_profile, main, make_report
+from lra_luna.report.figures import (figure1, measured_points, model_speeds, profile_speeds,
+                                     write_figure)
+from lra_luna.report.runs import (AVG, AVG_NO_RETRIEVAL, CHECKPOINTS, MISSING, TASK_NAMES, Cell,
+                                  average, describe_run, describe_training, load_results,
+                                  run_records, seed_statistics, summarize)
+from lra_luna.report.sources import CAMPAIGN_FILE, campaign_note, data_sources, describe_data
+from lra_luna.report.tables import AccuracyTable, Row, as_table, table1, table3

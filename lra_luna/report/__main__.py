@@ -1,0 +1,7 @@
+"""python -m lra_luna.report SWEEP_DIR [--checkpoint best|last] [--profile FILE] [--out_dir DIR]"""
+
+import sys
+
+from lra_luna.report.command import main
+
+sys.exit(main())

@@ -1,0 +1,138 @@
+"""The runs of a sweep folder: their results.json files, the test accuracy of each, its mean and
+sample std over seeds, and how each run trained (results.json 'run', config_lib.run_record)."""
+
+import dataclasses
+import json
+import pathlib
+import statistics
+
+from lra_luna import config_lib
+from lra_luna import tasks
+from lra_luna.models.model_config import HEADS
+from lra_luna.training import run_folder
+
+TASK_NAMES = {name: task.title for name, task in tasks.TASKS.items()}
+CHECKPOINTS = {'best': 'best checkpoint (highest validation accuracy)',
+               'last': 'last checkpoint (end of training)'}
+MISSING = '—'
+AVG, AVG_NO_RETRIEVAL = 'avg', 'avg_no_retrieval'
+RESULT_KEYS = ('task', 'model', 'head', 'seed')
+
+
+def load_results(sweep_dir) -> list[dict]:
+  """Every results.json under sweep_dir, each with its folder as 'workdir'."""
+  if not pathlib.Path(sweep_dir).is_dir():
+    raise FileNotFoundError(f'{sweep_dir} is not a folder; give the --sweep_dir of a sweep (or '
+                            'any folder holding run folders with results.json).')
+  found, seen = [], {}
+  for path in sorted(pathlib.Path(sweep_dir).rglob(run_folder.RESULTS_FILE)):
+    try:
+      result = json.loads(path.read_text())
+    except ValueError as e:
+      raise ValueError(f'{path}: not valid JSON ({e}); rerun that run, or remove it.') from None
+    missing = [key for key in RESULT_KEYS if key not in result]
+    if missing:
+      raise ValueError(f'{path}: no {", ".join(missing)} field; not a results.json of '
+                       'run_lra.py. Move it out of the sweep folder.')
+    key = tuple(result[k] for k in RESULT_KEYS)
+    if key in seen:
+      # Averaging a run twice would weigh it double; the user must say which one counts.
+      raise ValueError(f'Two results for task/model/head/seed {key}: {seen[key]} and {path}.')
+    seen[key] = path
+    found.append({**result, 'workdir': path.parent})
+  return found
+
+
+def accuracy_of(result: dict, checkpoint: str) -> float:
+  """Test accuracy (percent) of the chosen checkpoint of one run."""
+  if checkpoint not in result:
+    raise ValueError(f"{result['workdir']} has no '{checkpoint}' section in its results.json.")
+  return 100.0 * result[checkpoint]['test_accuracy']
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """A test accuracy (percent): a mean over n seeds and their sample std (None for one seed, a
+  published number or an average over tasks)."""
+  mean: float
+  std: float | None = None
+  n: int | None = None
+
+
+def seed_statistics(accuracies: list[float]) -> Cell:
+  """Mean and sample std (ddof=1; None for one seed) over seeds, with their number."""
+  std = statistics.stdev(accuracies) if len(accuracies) > 1 else None
+  return Cell(statistics.fmean(accuracies), std, len(accuracies))
+
+
+def summarize(results: list[dict], checkpoint: str) -> dict:
+  """{(model, head): {task: Cell}} over seeds."""
+  grouped = {}
+  for r in results:
+    grouped.setdefault((r['model'], r['head']), {}).setdefault(r['task'], []).append(
+        accuracy_of(r, checkpoint))
+  return {key: {task: seed_statistics(accs) for task, accs in by_task.items()}
+          for key, by_task in grouped.items()}
+
+
+def average(cells: dict, task_names) -> Cell | None:
+  """Mean of the task means; None unless every task is there."""
+  if any(cells.get(t) is None for t in task_names):
+    return None
+  return Cell(statistics.fmean(cells[t].mean for t in task_names))
+
+
+def row_order(key):
+  """Models in config_lib.MODELS order, then heads in HEADS order."""
+  model, head = key
+  models = list(config_lib.MODELS)
+  return (models.index(model) if model in models else len(models), model,
+          HEADS.index(head) if head in HEADS else len(HEADS), head)
+
+
+# ----------------------------------------------------------------------------------------------
+# How each run trained: results.json 'run' (config_lib.run_record), written at train time. A
+# results.json without it is "not recorded", never guessed.
+# ----------------------------------------------------------------------------------------------
+def task_order(task: str) -> int:
+  """Tasks in the order of the task registry (the tables' columns)."""
+  return list(TASK_NAMES).index(task) if task in TASK_NAMES else len(TASK_NAMES)
+
+
+def run_records(results: list[dict], task_names) -> dict:
+  """{(model, head): [(task, its results.json 'run' or None), ...]} of the runs on task_names,
+  in task order."""
+  records = {}
+  for r in sorted(results, key=lambda r: task_order(r['task'])):
+    if r['task'] in task_names:
+      records.setdefault((r['model'], r['head']), []).append((r['task'], r.get('run')))
+  return records
+
+
+def describe_run(run: dict | None) -> str:
+  """'1500 steps (lra); SHORTENED: quick config, 1500 of 5000 steps; overrides: a=1 b=2', or
+  'not recorded' for a results.json without its run record."""
+  if not run:
+    return 'not recorded'
+  text = f"{run['steps']} steps ({run['protocol']})"
+  if run['shortened']:
+    text += '; SHORTENED: ' + ', '.join(run['shortened'])
+  if run.get('overrides'):
+    text += '; overrides: ' + ' '.join(run['overrides'])
+  return text
+
+
+def describe_training(records: list[tuple]) -> str:
+  """How a group of runs [(task, run record)] trained: one phrase if all trained alike, else
+  each distinct phrase after the tasks it covers ('ListOps: ...; Pathfinder: ...')."""
+  by_phrase = {}
+  for task, run in sorted(records, key=lambda record: task_order(record[0])):
+    by_phrase.setdefault(describe_run(run), []).append(TASK_NAMES.get(task, task))
+  if len(by_phrase) == 1:
+    return next(iter(by_phrase))
+  return '; '.join(f'{", ".join(dict.fromkeys(names))}: {phrase}'
+                   for phrase, names in by_phrase.items())
+
+
+def is_shortened(run: dict | None) -> bool:
+  return bool(run and run['shortened'])

@@ -1,0 +1,175 @@
+"""Tables 1 and 3 of a sweep beside the papers' rows: built from the seed statistics of
+report.runs as cells, then laid out as Markdown, LaTeX and CSV by lra_luna/tables.py."""
+
+import dataclasses
+
+from lra_luna import published
+from lra_luna import registry
+from lra_luna import tables
+from lra_luna.report.runs import (AVG, AVG_NO_RETRIEVAL, CHECKPOINTS, MISSING, TASK_NAMES, Cell,
+                                  average, describe_training, is_shortened, row_order)
+
+
+@dataclasses.dataclass
+class Row:
+  label: str
+  head: str
+  source: str          # 'ours' or 'paper, table'
+  values: dict         # column key -> Cell
+  group: int           # rows of one group sit together between rules
+  training: list | None = None  # ours: [(task, results.json 'run' or None)] of its runs
+
+
+@dataclasses.dataclass
+class AccuracyTable:
+  name: str            # file stem
+  title: str
+  columns: list        # [(key, header)]
+  rows: list
+  notes: list = dataclasses.field(default_factory=list)  # lines under the table (markdown)
+
+
+def published_row(entry: published.PublishedRow, group: int, columns) -> Row:
+  """A paper's row; its head is blank where the paper ran its own protocol."""
+  values = {t: Cell(v) for t, v in entry.accuracy.items()}
+  for key, value in ((AVG, entry.average), (AVG_NO_RETRIEVAL, entry.average_no_retrieval)):
+    if value is not None and key in dict(columns):
+      values[key] = Cell(value)
+  return Row(entry.label, entry.head or '', f'{entry.paper}, {entry.table}', values, group)
+
+
+def training_title(rows: list[Row]) -> str:
+  """The caption's sentences on how our rows trained: every table says it, and never calls a
+  row full when any of its runs is shortened or not recorded."""
+  ours = [r for r in rows if r.training is not None]
+  records = [record for r in ours for record in r.training]
+  text = f' Ours trained: {describe_training(records) if records else MISSING}.'
+  shortened = [r for r in ours if any(is_shortened(run) for _, run in r.training)]
+  unrecorded = [r for r in ours if any(run is None for _, run in r.training)]
+  if shortened:
+    text += (f' SHORTENED: {len(shortened)} of our {len(ours)} rows trained less than the full '
+             "run of their protocol; they are not comparable with full runs or the papers' rows.")
+  elif ours and not unrecorded:
+    text += " Every row of ours trained its protocol's full run."
+  if unrecorded:
+    text += (f' {len(unrecorded)} of our rows have runs whose training is not recorded (a '
+             'results.json without its run record): whether they are full runs is unknown.')
+  return text
+
+
+def table1(summary: dict, checkpoint: str, training: dict | None = None) -> AccuracyTable:
+  """Table 1: every (model, head) on every task, their averages, the papers' rows beside."""
+  task_names = list(published.TASKS)
+  if any('pathx' in cells for cells in summary.values()):
+    task_names.append('pathx')  # Shown when run; not in the averages, as in the papers.
+  no_retrieval = [t for t in published.TASKS if t != 'retrieval']
+  columns = ([(t, TASK_NAMES[t]) for t in task_names] +
+             [(AVG, 'Avg.'), (AVG_NO_RETRIEVAL, 'Avg. (w/o Retrieval)')])
+  rows = []
+  for group, (model, head) in enumerate(sorted(summary, key=row_order)):
+    cells = summary[(model, head)]
+    rows.append(Row(model, head, 'ours', {**cells, AVG: average(cells, published.TASKS),
+                                          AVG_NO_RETRIEVAL: average(cells, no_retrieval)}, group,
+                    (training or {}).get((model, head), [])))
+    rows += [published_row(p, group, columns)
+             for p in published.matching(registry.table1_rows(), model, head)]
+  notes = [f'{r.label} ({r.paper}): {r.note}' for r in registry.table1_rows()
+           if r.note and any(row.label == r.label for row in rows)]
+  title = (f'Table 1: LRA test accuracy (%), {CHECKPOINTS[checkpoint]}; ours: mean ± sample std '
+           'over seeds (n seeds); averages over tasks of the task means.')
+  return AccuracyTable('table1', title + training_title(rows), columns, rows, notes)
+
+
+def table3(summary: dict, checkpoint: str, training: dict | None = None) -> AccuracyTable:
+  """Table 3: [CLS] vs mean-pooled P of the models with a P, only the heads that ran."""
+  task_names = published.CLS_VS_P_TASKS
+  columns = [(t, TASK_NAMES[t]) for t in task_names] + [(AVG, 'Avg.')]
+  ran = {(model, head): {t: c for t, c in cells.items() if t in task_names}
+         for (model, head), cells in summary.items() if head in ('cls', 'mean_p')}
+  ran = {key: cells for key, cells in ran.items() if cells}
+  # The models with a P to pool (a plug-in is no registry entry and has none).
+  models = sorted({m for m, _ in ran if m in registry.MODELS and
+                   'mean_p' in registry.MODELS[m].heads}, key=lambda m: row_order((m, '')))
+  rows = []
+  for group, model in enumerate(models):
+    for head in [h for h in ('cls', 'mean_p') if (model, h) in ran]:
+      cells = ran[(model, head)]
+      rows.append(Row(model, head, 'ours', {**cells, AVG: average(cells, task_names)}, group,
+                      (training or {}).get((model, head), [])))
+    rows += [published_row(p, group, columns) for p in published.TABLE3 if p.model == model]
+  title = (f'Table 3: [CLS] (cls) vs mean-pooled P (mean_p), test accuracy (%), '
+           f'{CHECKPOINTS[checkpoint]}; ours: mean ± sample std over seeds (n seeds).')
+  return AccuracyTable('table3', title + training_title(rows), columns, rows)
+
+
+def format_cell(cell: Cell | None) -> str:
+  """'38.00 ± 2.00 (3)': mean ± sample std (n seeds); MISSING where there is no number."""
+  if cell is None:
+    return MISSING
+  text = f'{cell.mean:.2f}'
+  if cell.std is not None:
+    text += f' ± {cell.std:.2f}'
+  if cell.n is not None:
+    text += f' ({cell.n})'
+  return text
+
+
+def training_cell(row: Row) -> str:
+  """The Training column: how the row's runs trained (blank for a paper's row)."""
+  if row.training is None:
+    return ''
+  return describe_training(row.training) if row.training else MISSING
+
+
+# The CSV's fields of how our rows trained (results.json 'run'); differing runs joined by '; '.
+TRAINING_FIELDS = ('preset', 'protocol', 'steps', 'full_steps', 'shortened', 'overrides')
+
+
+def training_csv_cells(row: Row) -> list[str]:
+  """Per TRAINING_FIELDS, the distinct values of the row's runs ('' for a paper's row and for
+  a run without its record), lists joined by ', '."""
+  cells = []
+  for field in TRAINING_FIELDS:
+    values = []
+    for _, run in row.training or []:
+      value = (run or {}).get(field)
+      values.append(', '.join(value) if isinstance(value, list) else
+                    '' if value is None else str(value))
+    cells.append('; '.join(dict.fromkeys(values)))
+  return cells
+
+
+def csv_rows(table: AccuracyTable, checkpoint: str) -> tuple[list, list]:
+  """(header, rows) of the CSV: raw means, stds and n per column, and how ours trained."""
+  header = ['model', 'head', 'source', 'checkpoint']
+  for key, _ in table.columns:
+    header += [f'{key}_mean', f'{key}_std', f'{key}_n']
+  header += ['training', *TRAINING_FIELDS]
+  rows = []
+  for row in table.rows:
+    line = [row.label, row.head, row.source, checkpoint if row.source == 'ours' else '']
+    for key, _ in table.columns:
+      cell = row.values.get(key)
+      line += ['', '', ''] if cell is None else [
+          f'{cell.mean:.4f}', '' if cell.std is None else f'{cell.std:.4f}',
+          '' if cell.n is None else str(cell.n)]
+    rows.append(line + [training_cell(row), *training_csv_cells(row)])
+  return header, rows
+
+
+def as_table(table: AccuracyTable, checkpoint: str, campaign: str = '') -> tables.Table:
+  """The lra_luna.tables.Table of an accuracy table; `campaign` (its facts) closes the caption
+  and fills a 'campaign' CSV column on our rows."""
+  header = ['Model', 'Head', 'Source', *(h for _, h in table.columns), 'Training']
+  rows = [[row.label, row.head, row.source,
+           *(format_cell(row.values.get(k)) for k, _ in table.columns), training_cell(row)]
+          for row in table.rows]
+  csv_header, csv_lines = csv_rows(table, checkpoint)
+  if campaign:
+    csv_header = [*csv_header, 'campaign']
+    csv_lines = [line + [campaign if row.source == 'ours' else '']
+                 for line, row in zip(csv_lines, table.rows)]
+  return tables.Table(table.name, table.title + (f' {campaign}' if campaign else ''), header,
+                      rows, align='lll' + 'r' * len(table.columns) + 'l',
+                      groups=[row.group for row in table.rows], notes=list(table.notes),
+                      csv_header=csv_header, csv_rows=csv_lines)
