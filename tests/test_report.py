@@ -182,7 +182,9 @@ def test_published_averages_match_their_rows():
   for row in rows:
     values = list(row.accuracy.values())
     mean = statistics.fmean(values)
-    if row.note:
+    if row.average is None:  # a paper that printed no five-task average says why
+      assert row.note, row.label
+    elif row.note:
       assert row.average != pytest.approx(mean, abs=0.0101) and f'{mean:.2f}' in row.note
     else:
       assert row.average == pytest.approx(mean, abs=0.0101), row.label
