@@ -36,7 +36,6 @@ from lra_luna.training import run_folder
 from lra_luna.training import train
 
 RUN_LRA = pathlib.Path(__file__).resolve().parent.parent / 'run_lra.py'
-LOG_FILE = 'sweep.log'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +54,7 @@ class Run:
 
   @property
   def log(self) -> pathlib.Path:
-    return self.workdir / LOG_FILE
+    return self.workdir / run_folder.SWEEP_LOG_FILE
 
   @property
   def name(self) -> str:
@@ -87,8 +86,8 @@ def plan(specs, seeds, heads, overrides, sweep_dir) -> list[Run]:
       for seed in seeds:
         config = config_lib.load_config(spec, run_flags(overrides, head, seed))
         config_lib.validate(config)
-        workdir = (pathlib.Path(sweep_dir) / config.task / config_lib.model_label(config) / head
-                   / f'seed{seed}')
+        workdir = run_folder.sweep_run_dir(sweep_dir, config.task,
+                                           config_lib.model_label(config), head, seed)
         runs.append(Run(spec, overrides, head, seed, workdir, config))
   return runs
 

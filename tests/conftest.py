@@ -17,7 +17,15 @@ os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '1')  # only
 # minutes each). `pytest -m "not slow"` leaves them out: the fast tier, every module in a few
 # minutes; CI runs both. A module name alone marks the whole module.
 SLOW = {
-    'test_campaign': None,
+    'test_campaign': {'test_local_campaign_writes_the_report', 'test_status_lists_every_run',
+                      'test_rerun_of_a_finished_campaign_has_nothing_to_do',
+                      'test_killed_job_and_killed_driver_give_the_same_results',
+                      'test_job_failing_twice_is_reported',
+                      'test_slurm_rejection_is_slurms_own_message',
+                      'test_slurm_campaign_survives_scancel',
+                      'test_the_authors_grid_runs_each_task_with_its_own_head_on_the_paper_protocol',
+                      'test_vmapped_step_estimate_grows_with_the_seeds',
+                      'test_a_local_job_sees_its_gpu_by_the_users_name'},
     'test_causal': {'test_lm_trains_on_a_repeated_sequence',
                     'test_chunked_memory_grows_linearly_and_beats_cumsum'},
     'test_layers': {'test_lean_blocks_keep_less_memory_than_plain_autodiff'},
@@ -27,6 +35,11 @@ SLOW = {
     'test_protocols': {'test_authors_retrieval_head_is_one_hidden_layer_on_second_then_first'},
     'test_install': {'test_run_lra_finds_configs_from_another_folder'},
     'test_train': None,
+    'test_export': {'test_every_models_steps_export_for_cuda_and_tpu'},
+    'test_precision': {'test_float16_model_is_finite_and_close_to_float32',
+                       'test_float16_overflow_skips_the_update_and_is_counted',
+                       'test_finite_float16_step_updates_and_matches_the_unscaled_gradient',
+                       'test_quick_listops_runs_on_8_devices_with_eval_batch_250'},
     'test_tasks': {'test_quick_config_trains', 'test_paper_config_trains',
                    'test_import_lra_release_from_a_nested_tree',
                    'test_tensorflow_is_imported_only_when_a_tfds_task_loads'},

@@ -1,5 +1,8 @@
-"""campaign: bad input, a local campaign end to end, kill/resume equality, and a real Slurm."""
+"""campaign: bad input, the plan (heads, overrides, seeds per program, facts), the memory plan,
+GPU names, a local campaign end to end, kill/resume equality, and a real Slurm."""
 
+import ast
+import functools
 import json
 import os
 import pathlib
@@ -13,6 +16,15 @@ import time
 import pytest
 
 from lra_luna import campaign
+from lra_luna import config_lib
+from lra_luna.campaign import __main__ as command
+from lra_luna.campaign import driver as driver_lib
+from lra_luna.campaign import estimate as estimate_lib
+from lra_luna.campaign import jobs as jobs_lib
+from lra_luna.campaign import launch
+from lra_luna.campaign import memory
+from lra_luna.campaign import plan as plan_lib
+from lra_luna.campaign import spec as spec_lib
 from lra_luna.training import run_folder
 
 # ml_collections' config_flags loads config files with the deprecated load_module().
@@ -90,8 +102,8 @@ def wait_for(condition, what: str, timeout=300):
 
 
 def job_of(campaign_dir, group: str):
-  return json.loads((campaign_dir / campaign.JOBS_FILE).read_text()).get(group, {}).get('job_id') \
-      if (campaign_dir / campaign.JOBS_FILE).exists() else None
+  return json.loads((campaign_dir / run_folder.JOBS_FILE).read_text()).get(group, {}).get('job_id') \
+      if (campaign_dir / run_folder.JOBS_FILE).exists() else None
 
 
 def has_checkpoint(campaign_dir, group):
@@ -102,11 +114,11 @@ def has_checkpoint(campaign_dir, group):
 
 def kill_local_jobs(campaign_dir) -> None:
   """SIGKILLs the local jobs of a campaign that still run (a failed test leaves none behind)."""
-  jobs_path = pathlib.Path(campaign_dir) / campaign.JOBS_FILE
+  jobs_path = pathlib.Path(campaign_dir) / run_folder.JOBS_FILE
   jobs = json.loads(jobs_path.read_text()) if jobs_path.exists() else {}
   for entry in jobs.values():
     pid = entry['job_id']
-    if entry['launcher'] == 'local' and campaign.local_state(pid) == 'running':
+    if entry['launcher'] == 'local' and launch.local_state(pid) == 'running':
       children = pathlib.Path(f'/proc/{pid}/task/{pid}/children').read_text().split()
       for child in [*children, pid]:
         try:
@@ -142,7 +154,7 @@ def stop():
 ])
 def test_bad_spec_is_one_line(tmp_path, env, capsys, field, value, expected):
   spec = write_spec(tmp_path / 'spec.py', **{field: value})
-  assert campaign.main([str(spec), '--dir', str(tmp_path / 'c')]) == 1
+  assert command.main([str(spec), '--dir', str(tmp_path / 'c')]) == 1
   err = capsys.readouterr().err.strip()
   assert err.startswith('error: ') and expected in err and str(spec) in err
   assert len(err.splitlines()) == 1 and not (tmp_path / 'c').exists()
@@ -151,62 +163,315 @@ def test_bad_spec_is_one_line(tmp_path, env, capsys, field, value, expected):
 def test_slurm_launcher_needs_sbatch(tmp_path, env, capsys, monkeypatch):
   monkeypatch.setenv('PATH', str(tmp_path))
   spec = write_spec(tmp_path / 'spec.py')
-  assert campaign.main([str(spec), '--dir', str(tmp_path / 'c'), '--launcher', 'slurm']) == 1
+  assert command.main([str(spec), '--dir', str(tmp_path / 'c'), '--launcher', 'slurm']) == 1
   err = capsys.readouterr().err.strip()
   assert err == ('error: --launcher slurm: sbatch is not on PATH; run the campaign on a Slurm '
                  'login node, or use --launcher local.')
-  assert not (tmp_path / 'c' / campaign.JOBS_DIR).exists()
+  assert not (tmp_path / 'c' / run_folder.JOBS_DIR).exists()
 
 
 def test_folder_of_another_spec_is_refused_unless_forced(tmp_path, env, capsys):
   first = campaign.load_spec(write_spec(tmp_path / 'a.py'))
   campaign_dir = tmp_path / 'c'
-  run_folder.write_json_atomically(campaign_dir / campaign.SPEC_FILE,
+  run_folder.write_json_atomically(campaign_dir / run_folder.CAMPAIGN_FILE,
                                     {'spec': json.loads(first.to_json()), 'facts': {}})
   # A run folder of the first spec that the second changes (its steps).
-  run = campaign.plan(first, campaign_dir)[('listops', 'luna16', 'cls')][0]
+  run = plan_lib.plan(first, campaign_dir)[('listops', 'luna16', 'cls')][0]
   run.workdir.mkdir(parents=True)
   (run.workdir / run_folder.CONFIG_FILE).write_text(run.config.to_json())
   second = write_spec(tmp_path / 'b.py', seeds=[0, 1, 2],
                       overrides=[*TINY, 'num_train_steps=70'])
-  assert campaign.main([str(second), '--dir', str(campaign_dir)]) == 1
+  assert command.main([str(second), '--dir', str(campaign_dir)]) == 1
   err = capsys.readouterr().err.strip()
   assert err == (f"error: {campaign_dir} holds a campaign of another spec (fields ['overrides', "
                  "'seeds'] differ); use another --dir, or --force to adopt this spec (runs whose "
                  'config changed then start anew).')
-  assert not (campaign_dir / campaign.JOBS_DIR).exists()
+  assert not (campaign_dir / run_folder.JOBS_DIR).exists()
   # --force adopts it: the changed run starts anew (--report: nothing is trained here).
-  campaign.main([str(second), '--dir', str(campaign_dir), '--force', '--report'])
+  command.main([str(second), '--dir', str(campaign_dir), '--force', '--report'])
   assert not run.workdir.exists()
-  saved = json.loads((campaign_dir / campaign.SPEC_FILE).read_text())
+  saved = json.loads((campaign_dir / run_folder.CAMPAIGN_FILE).read_text())
   assert saved['spec']['seeds'] == [0, 1, 2]
 
 
-def test_cut_short_facts(tmp_path):
-  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py'))
-  facts = campaign.cut_short_facts(spec, campaign.plan(spec, tmp_path))
-  assert facts['cut_short'] == ['quick configs (smaller data and models)',
-                                'listops 60 of 5000 steps', '2 of 5 seeds']
+def test_facts_use_the_one_definition_of_shortened(tmp_path):
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', models=['transformer', 'luna16']))
+  groups = plan_lib.plan(spec, tmp_path)
+  facts = plan_lib.facts(spec, groups)
+  run_config = groups[('listops', 'luna16', 'cls')][0].config
+  assert config_lib.shortened_reasons(run_config) == ['quick config', '60 of 5000 steps']
+  assert facts['cut_short'] == ['quick config', '60 of 5000 steps', '2 of 5 seeds']
+  assert facts['steps'] == {'listops': [[60, 5000]]} or facts['steps'] == {'listops': [(60, 5000)]}
+  assert facts['heads'] == ['cls'] and facts['overrides'] == TINY
   full = campaign.load_spec(REPO / 'campaigns' / 'paper_table1.py')
-  assert len(full.seeds) == campaign.PROTOCOL_SEEDS and not full.variant and not [
+  assert len(full.seeds) == spec_lib.PROTOCOL_SEEDS and not full.variant and not [
       o for o in full.overrides if o.startswith('num_train_steps')]
+
+
+def test_shortened_facts_name_the_task_where_tasks_differ(tmp_path):
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', tasks=['listops', 'pathfinder'],
+                                       overrides=['progress_bar=False']))
+  short = plan_lib.shortened_facts(plan_lib.plan(spec, tmp_path))
+  full = {task: config_lib.load_config(f'configs/{task}.py:luna16').num_train_steps
+          for task in ('listops', 'pathfinder')}
+  quick = {task: config_lib.load_config(f'configs/{task}.py:luna16,quick').num_train_steps
+           for task in ('listops', 'pathfinder')}
+  assert short == ['quick config'] + [f'{task} {quick[task]} of {full[task]} steps'
+                                      for task in ('listops', 'pathfinder')]
+
+
+def test_only_the_heads_the_spec_names_are_planned(tmp_path):
+  cls_only = campaign.load_spec(write_spec(tmp_path / 'a.py', models=['transformer', 'luna16'],
+                                           seeds=[0]))
+  assert sorted(plan_lib.plan(cls_only, tmp_path)) == [('listops', 'luna16', 'cls'),
+                                                       ('listops', 'transformer', 'cls')]
+  both = campaign.load_spec(write_spec(tmp_path / 'b.py', models=['transformer', 'luna16'],
+                                       seeds=[0], heads=['cls', 'mean_p']))
+  assert sorted(plan_lib.plan(both, tmp_path)) == [
+      ('listops', 'luna16', 'cls'), ('listops', 'luna16', 'mean_p'),
+      ('listops', 'transformer', 'cls')]
+
+
+def test_override_reaches_every_run_and_the_spec(tmp_path, env, capsys):
+  spec_path = write_spec(tmp_path / 'spec.py', models=['transformer', 'luna16'],
+                         profile__enabled=False)
+  spec = campaign.load_spec(spec_path)
+  spec_lib.add_overrides(spec, ['num_train_steps=40', 'model.dropout=0.2'])
+  runs = [run for runs in plan_lib.plan(spec, tmp_path).values() for run in runs]
+  assert len(runs) == 4 and {(r.config.num_train_steps, r.config.model.dropout)
+                             for r in runs} == {(40, 0.2)}
+  assert plan_lib.facts(spec, plan_lib.plan(spec, tmp_path))['overrides'][-2:] == [
+      'num_train_steps=40', 'model.dropout=0.2']
+  # On the command line: recorded in campaign.json (--report: nothing is trained).
+  assert command.main([str(spec_path), '--dir', str(tmp_path / 'c'), '--report',
+                       '--override', 'num_train_steps=40']) == 1  # no results yet
+  saved = json.loads(run_folder.campaign_file(tmp_path / 'c').read_text())
+  assert saved['spec']['overrides'][-1] == 'num_train_steps=40'
+  assert '40 of 5000 steps' in saved['facts']['cut_short']
+
+
+def test_finished_campaign_with_a_current_report_has_nothing_to_do(tmp_path, env, capsys):
+  spec_path = write_spec(tmp_path / 'spec.py', profile__enabled=False)
+  campaign_dir = tmp_path / 'c'
+  for runs in plan_lib.plan(campaign.load_spec(spec_path), campaign_dir).values():
+    for run in runs:  # finished runs: their config and results
+      run_folder.write_json_atomically(run.workdir / run_folder.CONFIG_FILE,
+                                        json.loads(run.config.to_json()))
+      run_folder.write_json_atomically(run.workdir / run_folder.RESULTS_FILE, {})
+  time.sleep(0.01)
+  for name in ('table1.md', 'figure1.png'):
+    (run_folder.report_dir(campaign_dir) / name).parent.mkdir(exist_ok=True)
+    (run_folder.report_dir(campaign_dir) / name).write_text('made after the runs')
+  assert command.main([str(spec_path), '--dir', str(campaign_dir)]) == 0
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[-1] == ('Nothing to do: every run of this campaign has finished and its report is '
+                       f'current. {run_folder.report_dir(campaign_dir)} holds: figure1.png, '
+                       'table1.md.')
+  assert not run_folder.jobs_file(campaign_dir).exists()  # nothing submitted
+
+
+@pytest.mark.parametrize('item, expected', [
+    ('num_trian_steps=5', "error: --override 'num_trian_steps=5': config.num_trian_steps is no "
+                          'config field. Did you mean config.num_train_steps?'),
+    ('seed=3', "error: --override 'seed=3': expected KEY=VALUE with a key other than seed and "
+               'model.head (the spec sets those: seeds, heads).'),
+    ('num_train_steps', "error: --override 'num_train_steps': expected KEY=VALUE"),
+])
+def test_bad_override_is_one_line(tmp_path, env, capsys, item, expected):
+  spec = write_spec(tmp_path / 'spec.py')
+  assert command.main([str(spec), '--dir', str(tmp_path / 'c'), '--override', item]) == 1
+  err = capsys.readouterr().err.strip()
+  assert err.startswith(expected) and len(err.splitlines()) == 1
+  assert not (tmp_path / 'c').exists()
 
 
 def test_estimate_hours_from_steps_per_second_or_flops(tmp_path):
   spec = campaign.load_spec(write_spec(tmp_path / 'spec.py',
                                        models=['transformer', 'luna16', 'luna128']))
-  groups = campaign.plan(spec, tmp_path)
+  groups = plan_lib.plan(spec, tmp_path)
   points = [{'model': 'transformer', 'status': 'ok', 'steps_per_s': 2.0, 'flops_per_step': 3e12},
             {'model': 'luna16', 'status': 'oom'}]
-  run_folder.write_json_atomically(tmp_path / campaign.ESTIMATE_DIR / 'listops' / 'profile.json',
+  run_folder.write_json_atomically(run_folder.estimate_profile(tmp_path, 'listops'),
                                     {'device': {'device_kind': 'H100'}, 'points': points})
-  timed = campaign.estimate_hours(groups, tmp_path, None)
+  timed = estimate_lib.estimate_hours(groups, tmp_path, None)
   assert [row[:5] for row in timed] == [('listops', 'transformer', 'cls', 120, 120 / 2.0 / 3600),
                                         ('listops', 'luna16', 'cls', 120, None),
                                         ('listops', 'luna128', 'cls', 120, None)]
   assert [row[5] for row in timed] == ['2.00 steps/s on H100', 'out of memory', 'not profiled']
-  from_flops = campaign.estimate_hours(groups, tmp_path, 50.0)  # 3 TFLOP at 50 TFLOP/s
+  from_flops = estimate_lib.estimate_hours(groups, tmp_path, 50.0)  # 3 TFLOP at 50 TFLOP/s
   assert from_flops[0][4] == pytest.approx(120 * 3e12 / 50e12 / 3600)
+
+
+# ----------------------------------------------------------------------------------------------
+# Memory-planned programs: seeds per program, the --estimate plan, halving on out of memory.
+# ----------------------------------------------------------------------------------------------
+GIB = 2**30
+
+
+@pytest.mark.parametrize('seed_gib, device_gib, seeds, expected', [
+    (38.4, 80, 5, 1),     # 72 GiB usable: one seed of 38.4 GiB per program
+    (8.1, 80, 5, 5),      # 8.1 x 5 = 40.5 GiB: all five in one program
+    (20, 80, 5, 3),       # floor(72 / 20)
+    (100, 80, 5, 1),      # over the device: still one seed (reported as not fitting)
+    (None, 80, 5, 5),     # no estimate: one program
+    (8, None, 5, 5),      # no device size: one program
+])
+def test_seeds_per_program(seed_gib, device_gib, seeds, expected):
+  to_bytes = lambda gib: None if gib is None else int(gib * GIB)
+  assert plan_lib.seeds_per_program(to_bytes(seed_gib), to_bytes(device_gib), seeds) == expected
+  if seed_gib and device_gib and seed_gib <= device_gib * plan_lib.MEMORY_HEADROOM:
+    assert expected * seed_gib <= device_gib * plan_lib.MEMORY_HEADROOM
+    assert (expected + 1) * seed_gib > device_gib * plan_lib.MEMORY_HEADROOM or expected == seeds
+  assert plan_lib.split_into_programs([0, 1, 2, 3, 4], 2) == [[0, 1], [2, 3], [4]]
+
+
+def test_estimate_prints_each_groups_memory_plan_and_keeps_the_estimates(tmp_path, capsys):
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', models=['transformer', 'luna16'],
+                                       seeds=[0, 1, 2, 3, 4]))
+  groups = plan_lib.plan(spec, tmp_path)
+  compiled = []
+  fake = {'transformer': 38 * GIB, 'luna16': 8 * GIB}  # a stubbed compiled estimate
+
+  def estimate(config):
+    compiled.append(config.model_name)
+    return fake[config.model_name]
+
+  seed_bytes = memory.seed_bytes_of_groups(groups, tmp_path, estimate)
+  assert 'listops/transformer/cls: compiling its training step' in capsys.readouterr().out
+  assert seed_bytes == {'listops/transformer/cls': 38 * GIB, 'listops/luna16/cls': 8 * GIB}
+  assert memory.seed_bytes_of_groups(groups, tmp_path, estimate) == seed_bytes
+  assert sorted(compiled) == ['luna16', 'transformer']  # the second call read memory.json
+  assert capsys.readouterr().out == ''
+  rows = estimate_lib.memory_rows(groups, seed_bytes, 80 * GIB)
+  assert rows == [('listops/transformer/cls', 38 * GIB, 1, 5, 38 * GIB, True),
+                  ('listops/luna16/cls', 8 * GIB, 5, 1, 40 * GIB, True)]
+  assert all(largest < 80 * GIB for *_, largest, _ in rows)
+  estimate_lib.print_memory_plan(rows, 80 * GIB, 'cpu')
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0].startswith('MEMORY PLAN for a device of 80.0 GiB')
+  assert lines[2].split() == ['listops/transformer/cls', '38.00', '1', '5', '38.00']
+  assert lines[3].split() == ['listops/luna16/cls', '8.00', '5', '1', '40.00']
+  assert lines[4] == '  6 programs; every program fits the device.'
+
+
+def test_group_too_big_for_the_device_is_flagged(tmp_path, capsys):
+  rows = [('text/transformer/cls', 136 * GIB, 1, 5, 136 * GIB, False)]
+  estimate_lib.print_memory_plan(rows, 80 * GIB, 'cpu')
+  out = capsys.readouterr().out
+  assert 'DOES NOT FIT' in out and '1 groups exceed the device even with one seed' in out
+
+
+class FakeRun:
+  def __init__(self, seed):
+    self.seed, self.name = seed, f'listops/transformer/cls/seed{seed}'
+
+
+def test_a_program_out_of_memory_is_retried_with_half_the_seeds():
+  runs = [FakeRun(s) for s in range(5)]
+  programs = []
+
+  def run_vmapped(program):  # fits 2 seeds; seed 4 fails for another reason
+    programs.append([run.seed for run in program])
+    if len(program) > 2:
+      return [(run, 'JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory allocating') for run in
+              program]
+    return [(run, 'ValueError: bad data') for run in program if run.seed == 4]
+
+  failures = jobs_lib.train_programs(runs, 5, run_vmapped)
+  assert programs == [[0, 1, 2, 3, 4], [0, 1, 2], [0, 1], [2], [3, 4]]
+  assert [(run.seed, reason) for run, reason in failures] == [(4, 'ValueError: bad data')]
+  # One seed that does not fit is a failure, not retried forever.
+  alone = jobs_lib.train_programs(runs[:1], 1, lambda program: [
+      (run, 'RESOURCE_EXHAUSTED') for run in program])
+  assert [run.seed for run, _ in alone] == [0]
+
+
+def test_vmapped_step_estimate_grows_with_the_seeds(tmp_path):
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', seeds=[0]))
+  config = plan_lib.plan(spec, tmp_path)[('listops', 'luna16', 'cls')][0].config
+  one, two = memory.vmapped_step_bytes(config, 1), memory.vmapped_step_bytes(config, 2)
+  assert one > 0 and 1.8 * one < two < 2.2 * one
+
+
+# ----------------------------------------------------------------------------------------------
+# GPUs: jobs get the user's CUDA_VISIBLE_DEVICES entries (indices or UUIDs), not 0..n-1.
+# ----------------------------------------------------------------------------------------------
+def test_local_jobs_keep_the_users_gpu_names(tmp_path, monkeypatch):
+  monkeypatch.setenv('CUDA_VISIBLE_DEVICES', 'GPU-8a1f2c3d, 3')
+  launcher = launch.LocalLauncher(tmp_path, 0, 10)
+  assert launcher.gpus == ['GPU-8a1f2c3d', '3'] and launcher.max_jobs == 2
+  assert launcher.free_slot({}) == 'GPU-8a1f2c3d'
+  assert launcher.free_slot({'a': {'gpu': 'GPU-8a1f2c3d'}}) == '3'
+  assert launcher.free_slot({'a': {'gpu': 'GPU-8a1f2c3d'}, 'b': {'gpu': '3'}}) is False
+  assert launch.local_gpu_parameters('3')['setup'] == ['export CUDA_VISIBLE_DEVICES=3']
+  monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+  assert launch.visible_gpus() == []
+
+
+def test_a_local_job_sees_its_gpu_by_the_users_name(tmp_path, monkeypatch):
+  monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '5,GPU-8a1f2c3d')
+  launcher = launch.LocalLauncher(tmp_path, 0, 10)
+  job_id = launcher.submit(functools.partial(os.getenv, 'CUDA_VISIBLE_DEVICES'),
+                           launcher.free_slot({'a': {'gpu': '5'}}))
+  assert launcher.children[job_id].result() == 'GPU-8a1f2c3d'
+
+
+# ----------------------------------------------------------------------------------------------
+# Each fact once: PROTOCOLS in protocols.py, the run-folder layout in run_folder.py.
+# ----------------------------------------------------------------------------------------------
+LAYOUT_NAMES = [value for name, value in vars(run_folder).items()
+                if name.isupper() and isinstance(value, str)]
+LAYOUT_FILES = [name for name in LAYOUT_NAMES if '.' in name]
+
+
+def layout_spellings(path: pathlib.Path) -> list[str]:
+  """'line: text' of each place a source spells a run-folder layout name itself: a string that
+  is a file name of the layout (or a path ending in one), or a path joined with `/ 'name'`."""
+  tree = ast.parse(path.read_text())
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and not any(
+        c.isspace() for c in node.value):
+      if any(node.value == name or node.value.endswith(f'/{name}') for name in LAYOUT_FILES):
+        found.append(f'{node.lineno}: {node.value!r}')
+    if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+        and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str)
+        and node.right.value.split('/')[0] in LAYOUT_NAMES):
+      found.append(f'{node.lineno}: / {node.right.value!r}')
+  return found
+
+
+def test_protocols_and_the_run_folder_layout_are_defined_once():
+  sources = sorted((REPO / 'lra_luna').rglob('*.py'))
+  protocols = [f'{path.relative_to(REPO)}:{node.lineno}' for path in sources
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+                   isinstance(t, ast.Name) and t.id == 'PROTOCOLS'
+                   for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))]
+  assert protocols == ['lra_luna/protocols.py:22'] or (
+      len(protocols) == 1 and protocols[0].startswith('lra_luna/protocols.py:')), protocols
+  spelled = {str(path.relative_to(REPO)): layout_spellings(path) for path in sources
+             if path.name != 'run_folder.py'}
+  assert {path: lines for path, lines in spelled.items() if lines} == {}
+
+
+def test_layout_check_catches_a_spelled_name(tmp_path):
+  source = tmp_path / 'bad.py'
+  source.write_text("import pathlib\nA = pathlib.Path('x') / 'profile.json'\n"
+                    "B = f'{A}/results.json'\nC = pathlib.Path('x') / 'jobs'\n"
+                    "D = 'no results.json here'\n")
+  assert sorted(layout_spellings(source)) == ["2: 'profile.json'", "2: / 'profile.json'",
+                                              "3: '/results.json'", "4: / 'jobs'"]
+
+
+def test_sweep_run_folders_are_built_and_parsed_in_one_place(tmp_path):
+  workdir = run_folder.sweep_run_dir(tmp_path, 'listops', 'luna16', 'cls', 3)
+  assert workdir == tmp_path / 'listops' / 'luna16' / 'cls' / 'seed3'
+  assert run_folder.parse_sweep_run_dir(tmp_path, workdir) == ('listops', 'luna16', 'cls', 3)
+  assert run_folder.parse_sweep_run_dir(tmp_path, tmp_path / 'listops') is None
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', seeds=[3]))
+  [run] = plan_lib.plan(spec, tmp_path)[('listops', 'luna16', 'cls')]
+  assert run.workdir == workdir
 
 
 # ----------------------------------------------------------------------------------------------
@@ -224,18 +489,34 @@ def reference(tmp_path_factory, data_dir):
 def test_local_campaign_writes_the_report(reference):
   campaign_dir, output = reference
   assert len(results(campaign_dir)) == 2  # listops x luna16 x seeds 0, 1
-  report_dir = campaign_dir / campaign.REPORT_DIR
+  report_dir = campaign_dir / run_folder.REPORT_DIR
   for name in ('table1.md', 'table1.tex', 'table1.csv', 'table3.md', 'table2.md', 'table2.tex',
                'profile.json', 'figure1.png', 'figure1.pdf'):
     assert (report_dir / name).stat().st_size > 0, name
   caption = (report_dir / 'table1.md').read_text().splitlines()[0]
   assert 'protocol lra' in caption and 'training steps: ListOps 60' in caption
   assert 'ListOps: generated' in caption
-  assert ('CUT SHORT: quick configs (smaller data and models); listops 60 of 5000 steps; '
-          '2 of 5 seeds.') in caption
+  assert 'CUT SHORT: quick config; 60 of 5000 steps; 2 of 5 seeds.' in caption
+  # The last line lists every file of the report folder (Table 2's files and profile.json too).
+  written = sorted(p.name for p in report_dir.iterdir())
+  assert {'table2.md', 'scaling.png', 'profile.json', 'figure1.png'} <= set(written)
+  assert output.strip().splitlines()[-1] == (f'Campaign finished. {report_dir} holds: '
+                                             f'{", ".join(written)}.')
   csv_lines = (report_dir / 'table1.csv').read_text().splitlines()
   assert csv_lines[0].endswith(',campaign')
   assert all(('CUT SHORT' in line) == (',ours,' in line) for line in csv_lines[1:])
+
+
+def test_rerun_of_a_finished_campaign_has_nothing_to_do(reference, env):
+  campaign_dir, _ = reference
+  spec = campaign_dir.parent / 'spec.py'
+  before = {p: p.stat().st_mtime for p in run_folder.report_dir(campaign_dir).iterdir()}
+  output = finish(driver(spec, campaign_dir, env=env))
+  assert 'submitted' not in output and 'Campaign finished' not in output
+  assert output.strip().splitlines()[-1] == (
+      'Nothing to do: every run of this campaign has finished and its report is current. '
+      f'{run_folder.report_dir(campaign_dir)} holds: {", ".join(sorted(p.name for p in before))}.')
+  assert {p: p.stat().st_mtime for p in before} == before  # nothing rewritten
 
 
 def test_status_lists_every_run(reference, env):
@@ -271,9 +552,9 @@ def test_killed_job_and_killed_driver_give_the_same_results(reference, tmp_path,
   finish(driver(spec, campaign_dir, env=env))
   assert results(campaign_dir) == results(reference[0])
   # The resubmitted job resumed the killed one's runs from their checkpoints.
-  jobs_dir = campaign_dir / campaign.JOBS_DIR
-  first = campaign.log_path(jobs_dir, killed).with_suffix('.out').read_text()
-  second = campaign.log_path(jobs_dir, job_of(campaign_dir, group)).with_suffix('.out')
+  jobs_dir = campaign_dir / run_folder.JOBS_DIR
+  first = launch.log_path(jobs_dir, killed).with_suffix('.out').read_text()
+  second = launch.log_path(jobs_dir, job_of(campaign_dir, group)).with_suffix('.out')
   assert 'seeds [0, 1]: ' in first and 'starting at step 0 of 60' in first
   assert 'starting at step ' in second.read_text()
   assert 'starting at step 0 of 60' not in second.read_text()
@@ -290,7 +571,7 @@ def test_job_failing_twice_is_reported(tmp_path, env, stop):
   assert output.count('listops/luna16/cls: submitted job') == 2
   assert '1 jobs failed twice:' in output
   last = output.strip().splitlines()[-1]
-  log = campaign.log_path(tmp_path / 'c' / campaign.JOBS_DIR, job)
+  log = launch.log_path(tmp_path / 'c' / run_folder.JOBS_DIR, job)
   assert last.startswith('  listops/luna16/cls: ') and last.endswith(f'(log {log})')
   assert 'RuntimeError: listops/luna16/cls/seed0' in last  # the job's own error line
 
@@ -405,7 +686,7 @@ def test_slurm_rejection_is_slurms_own_message(tmp_path, slurm):
       'error: Slurm rejected the job: sbatch: error: invalid partition specified: '
       'no_such_partition sbatch: error: Batch job submission failed: Invalid partition name '
       'specified')
-  assert squeue(slurm) == [] and not (tmp_path / 'c' / campaign.JOBS_FILE).exists()
+  assert squeue(slurm) == [] and not (tmp_path / 'c' / run_folder.JOBS_FILE).exists()
 
 
 def test_slurm_campaign_survives_scancel(tmp_path, slurm):
@@ -431,7 +712,7 @@ def test_slurm_campaign_survives_scancel(tmp_path, slurm):
 
 def test_the_authors_grid_runs_each_task_with_its_own_head_on_the_paper_protocol(tmp_path):
   spec = campaign.load_spec(REPO / 'campaigns' / 'paper_table1_authors.py')
-  groups = campaign.plan(spec, tmp_path)
+  groups = plan_lib.plan(spec, tmp_path)
   configs = {key: runs[0].config for key, runs in groups.items()}
   assert {c.protocol for c in configs.values()} == {'paper'}
   assert configs[('pathfinder', 'luna16', 'mean')].model.mean_includes_cls

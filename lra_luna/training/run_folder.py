@@ -104,3 +104,86 @@ def start_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:
   except OSError as e:
     raise TrainingError(f'Cannot write the run folder {workdir} ({e.strerror}: {e.filename}); '
                         'choose a writable --workdir.') from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Sweep and campaign folders: one run folder per (task, model, head, seed), and what the tools
+# write beside them. Every path of them is built (and parsed) here.
+#   <sweep>/<task>/<model>/<head>/seed<k>/   a run folder (sweep, campaign)
+#   <sweep>/<task>/.../seed<k>/sweep.log     the sweep's output of that run
+#   <sweep>/report/                          report's tables and figure (campaign: Table 2 too)
+#   <campaign>/campaign.json                 the spec and the facts report's captions state
+#   <campaign>/jobs.json                     each job's latest submission
+#   <campaign>/jobs/                         submitit's pickles and logs
+#   <campaign>/estimate/<task>/profile.json  --estimate's profile of a task's config
+#   <campaign>/estimate/memory.json          --estimate's compiled memory per seed of each group
+# ----------------------------------------------------------------------------------------------
+SWEEP_LOG_FILE = 'sweep.log'
+REPORT_DIR = 'report'
+CAMPAIGN_FILE = 'campaign.json'
+JOBS_FILE = 'jobs.json'
+JOBS_DIR = 'jobs'
+ESTIMATE_DIR = 'estimate'
+MEMORY_FILE = 'memory.json'
+SEED_PREFIX = 'seed'
+
+
+def group_dir(sweep_dir, task: str, model: str, head: str) -> pathlib.Path:
+  """<sweep>/<task>/<model>/<head>: the folder of one group's seeds."""
+  return pathlib.Path(sweep_dir) / task / model / head
+
+
+def sweep_run_dir(sweep_dir, task: str, model: str, head: str, seed: int) -> pathlib.Path:
+  """<sweep>/<task>/<model>/<head>/seed<k>: the run folder of one seed of a sweep."""
+  return group_dir(sweep_dir, task, model, head) / f'{SEED_PREFIX}{seed}'
+
+
+def parse_sweep_run_dir(sweep_dir, workdir) -> tuple[str, str, str, int] | None:
+  """(task, model, head, seed) of a run folder that sweep_run_dir built; None for another path."""
+  try:
+    parts = pathlib.Path(workdir).relative_to(sweep_dir).parts
+  except ValueError:
+    return None
+  if len(parts) != 4 or not parts[3].startswith(SEED_PREFIX):
+    return None
+  seed = parts[3][len(SEED_PREFIX):]
+  return (*parts[:3], int(seed)) if seed.isdigit() else None
+
+
+def result_files(sweep_dir) -> list[pathlib.Path]:
+  """Every results.json under a folder (a sweep, a campaign or any folder of run folders)."""
+  return sorted(pathlib.Path(sweep_dir).rglob(RESULTS_FILE))
+
+
+def report_dir(sweep_dir) -> pathlib.Path:
+  return pathlib.Path(sweep_dir) / REPORT_DIR
+
+
+def report_profile(sweep_dir) -> pathlib.Path:
+  """<sweep>/report/profile.json: a campaign's Table 2 measurements."""
+  return report_dir(sweep_dir) / PROFILE_FILE
+
+
+def campaign_file(campaign_dir) -> pathlib.Path:
+  return pathlib.Path(campaign_dir) / CAMPAIGN_FILE
+
+
+def jobs_file(campaign_dir) -> pathlib.Path:
+  return pathlib.Path(campaign_dir) / JOBS_FILE
+
+
+def jobs_dir(campaign_dir) -> pathlib.Path:
+  return pathlib.Path(campaign_dir) / JOBS_DIR
+
+
+def estimate_dir(campaign_dir, task: str) -> pathlib.Path:
+  """<campaign>/estimate/<task>: the --estimate profile of a task's config (profile --out_dir)."""
+  return pathlib.Path(campaign_dir) / ESTIMATE_DIR / task
+
+
+def estimate_profile(campaign_dir, task: str) -> pathlib.Path:
+  return estimate_dir(campaign_dir, task) / PROFILE_FILE
+
+
+def memory_file(campaign_dir) -> pathlib.Path:
+  return pathlib.Path(campaign_dir) / ESTIMATE_DIR / MEMORY_FILE

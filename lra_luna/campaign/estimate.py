@@ -1,0 +1,102 @@
+"""What a campaign costs before it runs (--estimate): each group's memory per seed and how its
+seeds split into programs on a device of a given size, and the device-hours.
+
+Hours: each task's config profiled at its own length and batch, as jobs on the launcher's device;
+hours = seeds x steps / (steps/s) per group. Without a device to time on, --assume_tflops turns
+XLA's FLOPs of each step into time instead (profile --flops_only).
+"""
+
+import json
+
+from lra_luna import config_lib
+from lra_luna.campaign import memory
+from lra_luna.campaign import plan as plan_lib
+from lra_luna.campaign import spec as spec_lib
+from lra_luna.training import run_folder
+
+
+def memory_rows(groups: dict, seed_bytes: dict, device_bytes: int) -> list[tuple]:
+  """[(group name, bytes per seed, seeds per program, programs, bytes of the largest program,
+  whether one seed fits)] per group."""
+  rows = []
+  for key, runs in groups.items():
+    name = plan_lib.group_name(key)
+    per_seed = seed_bytes[name]
+    per_program = plan_lib.seeds_per_program(per_seed, device_bytes, len(runs))
+    programs = len(plan_lib.split_into_programs(runs, per_program))
+    fits = per_seed is None or per_seed <= device_bytes * plan_lib.MEMORY_HEADROOM
+    rows.append((name, per_seed, per_program, programs,
+                 None if per_seed is None else per_seed * per_program, fits))
+  return rows
+
+
+def print_memory_plan(rows: list, device_bytes: int, platform: str) -> None:
+  gib = lambda b: '-' if b is None else f'{b / memory.GIB:.2f}'  # pylint: disable=unnecessary-lambda-assignment
+  print(f'MEMORY PLAN for a device of {device_bytes / memory.GIB:.1f} GiB (XLA\'s estimate of '
+        f'the vmapped training step compiled on {platform}; a program plans at most '
+        f'{plan_lib.MEMORY_HEADROOM:.0%} of the device):')
+  print(f'  {"group":40} {"GiB/seed":>9} {"seeds/program":>14} {"programs":>9} '
+        f'{"GiB/program":>12}')
+  for name, per_seed, per_program, programs, largest, fits in rows:
+    print(f'  {name:40} {gib(per_seed):>9} {per_program:>14} {programs:>9} {gib(largest):>12}'
+          + ('' if fits else '  DOES NOT FIT: one seed needs more than the device'))
+  over = [row[0] for row in rows if not row[5]]
+  print(f'  {sum(row[3] for row in rows)} programs' + (
+      f'; {len(over)} groups exceed the device even with one seed (they run one seed per '
+      'program and may fail: use a larger device, or shorter sequences or batches)'
+      if over else '; every program fits the device.'))
+
+
+def estimate_argv(spec, campaign_dir, task: str, config, assume_tflops) -> list:
+  """profile.py's flags for one task: its config (variant, protocol) at its length and batch."""
+  words = spec_lib.config_spec(task, 'x', spec.protocol, spec.variant).partition(':')[2]
+  words = words.split(',')[1:]
+  return ['--config', f'{config_lib.CONFIG_DIR / task}.py' + (f':{",".join(words)}' if words
+                                                              else ''),
+          '--models', ','.join(spec.models), '--lengths', str(config.max_length),
+          '--batch_size', str(config.batch_size), '--repeats', str(spec.profile.repeats),
+          '--warmup', str(spec.profile.warmup),
+          '--out_dir', str(run_folder.estimate_dir(campaign_dir, task)),
+          *(['--flops_only'] if assume_tflops else [])]
+
+
+def estimate_hours(groups: dict, campaign_dir, assume_tflops) -> list:
+  """[(task, model, head, seeds x steps, hours or None, how)] per group, from the estimate's
+  profiles: the measured steps/s, or the step's FLOPs at assume_tflops."""
+  rows = []
+  for (task, model, head), runs in groups.items():
+    path = run_folder.estimate_profile(campaign_dir, task)
+    profile = json.loads(path.read_text()) if path.exists() else {'points': []}
+    point = next((p for p in profile['points'] if p['model'] == model), None)
+    seed_steps = len(runs) * runs[0].config.num_train_steps  # vmapped seeds: each its own step
+    if point is None or point['status'] != 'ok':
+      rows.append((task, model, head, seed_steps, None,
+                   'not profiled' if point is None else 'out of memory'))
+    elif assume_tflops:
+      step_s = point['flops_per_step'] / (assume_tflops * 1e12)
+      rows.append((task, model, head, seed_steps, seed_steps * step_s / 3600,
+                   f'{point["flops_per_step"] / 1e12:.3f} TFLOP/step at {assume_tflops} TFLOP/s'))
+    else:
+      rows.append((task, model, head, seed_steps, seed_steps / point['steps_per_s'] / 3600,
+                   f'{point["steps_per_s"]:.2f} steps/s on {profile["device"]["device_kind"]}'))
+  return rows
+
+
+def print_hours(rows: list, assume_tflops) -> None:
+  kind = (f"XLA's FLOPs per step at an assumed {assume_tflops} TFLOP/s sustained"
+          if assume_tflops else "the profiler's steps/s on the jobs' device")
+  print(f'ESTIMATE of the training cost in device-hours, from {kind}; evaluation, compilation '
+        'and queueing not counted:')
+  for task, model, head, seed_steps, hours, how in rows:
+    print(f'  {task:11} {model:19} {head:7} {seed_steps:>8} seed-steps  '
+          f'{"-" if hours is None else f"{hours:9.2f} h"}  ({how})')
+  total = sum(hours for *_, hours, _ in rows if hours is not None)
+  missing = sum(hours is None for *_, hours, _ in rows)
+  print(f'  total: {total:.2f} device-hours (estimate)'
+        + (f', without the {missing} groups above that have no figure' if missing else ''))
+
+
+def estimate_finished(spec, campaign_dir, task: str) -> bool:
+  """Whether a task's estimate profile holds a point of every model."""
+  path = run_folder.estimate_profile(campaign_dir, task)
+  return path.exists() and len(json.loads(path.read_text())['points']) == len(spec.models)

@@ -1,0 +1,82 @@
+"""How much device memory a seed of a group needs, from XLA's estimate of the compiled vmapped
+training step (compiled, never run), and how much memory the device has. JAX is imported only
+when a step is compiled or a device asked, so the driver starts no backend for other work."""
+
+import functools
+import hashlib
+import json
+import time
+import types
+
+from lra_luna.campaign import plan as plan_lib
+from lra_luna.training import run_folder
+
+GIB = 2**30
+
+
+def vmapped_step_bytes(config, num_seeds: int = 1) -> int | None:
+  """XLA's memory estimate (arguments + outputs - aliased + temporaries, profile.compiled_memory)
+  of train.train_seeds' step, vmapped over num_seeds seeds, compiled for this process's default
+  device; the batch and the stacked state are shapes only, nothing is run."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from lra_luna import datasets  # pylint: disable=g-import-not-at-top
+  from lra_luna import profile  # pylint: disable=g-import-not-at-top
+  from lra_luna.training import steps  # pylint: disable=g-import-not-at-top
+  vocab_size, num_classes = datasets.task_sizes(config.task, config.append_eos)
+  model = steps.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
+                                                           num_classes=num_classes))
+  tx = steps.make_optimizer(config)
+  graphdef, state, _ = steps.init_state(model, config.seed, tx)
+  stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct((num_seeds, *x.shape), x.dtype), state)
+  shape = (num_seeds, config.batch_size, config.max_length)
+  batch = {name: jax.ShapeDtypeStruct(shape, jnp.int32)
+           for name in (('inputs1', 'inputs2') if model.dual_encoder else ('inputs',))}
+  batch['targets'] = jax.ShapeDtypeStruct(shape[:2], jnp.int32)
+  keys = jax.ShapeDtypeStruct((num_seeds,), jax.random.key(0).dtype)
+  step = jax.jit(jax.vmap(functools.partial(steps.train_step, graphdef=graphdef, tx=tx)),
+                 donate_argnums=0)  # As train.train_seeds: the state is donated.
+  return profile.compiled_memory(step.lower(stacked, batch, keys).compile())['estimated_bytes']
+
+
+def device_memory_bytes(device_memory_gib: float | None) -> int | None:
+  """The memory a program may use on this process's device: --device_memory_gib where given,
+  else the device's own `bytes_limit` (memory_stats(); GPUs report it, a CPU does not), else
+  None (no limit known: a group trains in one program)."""
+  if device_memory_gib:
+    return int(device_memory_gib * GIB)
+  import jax  # pylint: disable=g-import-not-at-top
+  stats = jax.devices()[0].memory_stats() or {}
+  return stats.get('bytes_limit') or None
+
+
+def platform() -> str:
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.default_backend()
+
+
+def config_key(config) -> str:
+  """A digest of what a group's step memory depends on: its config without the seed."""
+  fields = {k: v for k, v in json.loads(config.to_json()).items() if k not in ('seed', 'preset')}
+  return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def seed_bytes_of_groups(groups: dict, campaign_dir, estimate=vmapped_step_bytes) -> dict:
+  """{group name: bytes one seed of its step needs}, compiled once per config and platform and
+  kept in <campaign>/estimate/memory.json (a full-size step compiles for seconds to minutes)."""
+  path = run_folder.memory_file(campaign_dir)
+  saved = json.loads(path.read_text()) if path.exists() else {}
+  where = platform()
+  sizes = {}
+  for key, runs in groups.items():
+    name = plan_lib.group_name(key)
+    entry = saved.get(name, {})
+    if entry.get('config') != config_key(runs[0].config) or entry.get('platform') != where:
+      start = time.perf_counter()
+      print(f'{name}: compiling its training step for its memory estimate ...', flush=True)
+      entry = {'config': config_key(runs[0].config), 'platform': where,
+               'seed_bytes': estimate(runs[0].config), 'compile_s': time.perf_counter() - start}
+      saved[name] = entry
+      run_folder.write_json_atomically(path, saved)
+    sizes[name] = entry['seed_bytes']
+  return sizes

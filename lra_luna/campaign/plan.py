@@ -1,0 +1,98 @@
+"""A campaign's plan: its groups (task, model, head) with their runs, how many seeds of a group
+fit in one program on a device, and the facts report's captions state."""
+
+import json
+import shutil
+
+from lra_luna import config_lib
+from lra_luna import registry
+from lra_luna import sweep
+from lra_luna.campaign import spec as spec_lib
+from lra_luna.training import run_folder
+
+# The share of a device's memory a program may plan to fill: XLA's estimate of the training step
+# leaves out the evaluation step, the allocator's fragmentation and the runtime's own buffers.
+MEMORY_HEADROOM = 0.9
+
+
+def plan(spec, campaign_dir) -> dict:
+  """{(task, model, head): [sweep.Run per seed]}, every config built and validated up front. Only
+  the heads the spec names run (mean_p for the models with a P only)."""
+  groups = {}
+  for task in spec.tasks:
+    for model in spec.models:
+      heads = [h for h in spec.heads if h in registry.get(model).heads]
+      if spec.heads and not heads:
+        continue  # (no heads at all: each config's own head)
+      try:
+        runs = sweep.plan([spec_lib.config_spec(task, model, spec.protocol, spec.variant)],
+                          list(spec.seeds), heads, list(spec.overrides), campaign_dir)
+      except ValueError as e:
+        raise spec_lib.CampaignError(str(e)) from None
+      for run in runs:
+        groups.setdefault((task, model, run.head), []).append(run)
+  return groups
+
+
+def group_name(key) -> str:
+  """'task/model/head': a group's job name, and its folder under the campaign's."""
+  return '/'.join(key)
+
+
+def group_key(name: str) -> tuple:
+  return tuple(name.split('/'))
+
+
+def seeds_per_program(seed_bytes, device_bytes, num_seeds: int) -> int:
+  """How many seeds of a group train in one program: as many as fit MEMORY_HEADROOM of the
+  device at seed_bytes each (at least one); all of them when either size is unknown."""
+  if not seed_bytes or not device_bytes:
+    return num_seeds
+  return max(1, min(num_seeds, int(device_bytes * MEMORY_HEADROOM // seed_bytes)))
+
+
+def split_into_programs(items: list, per_program: int) -> list[list]:
+  """items in consecutive programs of per_program (the last may hold fewer: 5 by 2 is 2, 2, 1)."""
+  return [items[i:i + per_program] for i in range(0, len(items), per_program)]
+
+
+def shortened_facts(groups: dict) -> list[str]:
+  """How the campaign's runs fall short of their protocol's full runs
+  (config_lib.shortened_reasons): a reason every task shares once, the others with their task."""
+  by_task = {}
+  for (task, _, _), runs in groups.items():
+    reasons = by_task.setdefault(task, [])
+    for reason in config_lib.shortened_reasons(runs[0].config):
+      if reason not in reasons:
+        reasons.append(reason)
+  shared = [r for r in next(iter(by_task.values()), []) if all(r in rs for rs in by_task.values())]
+  return shared + [f'{task} {r}' for task, reasons in sorted(by_task.items())
+                   for r in reasons if r not in shared]
+
+
+def facts(spec, groups: dict) -> dict:
+  """What report's captions state: the protocol, each task's steps against its full run's, the
+  heads run, the overrides, and how the campaign falls short (shortened runs, fewer seeds)."""
+  steps = {}
+  for (task, _, _), runs in groups.items():
+    config = runs[0].config
+    steps.setdefault(task, set()).add((config.num_train_steps,
+                                       config_lib.full_run_steps(config)))
+  short = shortened_facts(groups)
+  if len(spec.seeds) < spec_lib.PROTOCOL_SEEDS:
+    short.append(f'{len(spec.seeds)} of {spec_lib.PROTOCOL_SEEDS} seeds')
+  return {'name': spec.name, 'protocol': spec.protocol,
+          'steps': {task: sorted(pairs, key=str) for task, pairs in steps.items()},
+          'heads': sorted({head for _, _, head in groups}), 'overrides': list(spec.overrides),
+          'cut_short': short}
+
+
+def clear_stale_runs(groups: dict) -> None:
+  """With --force: deletes run folders that hold another config than the spec now gives."""
+  for runs in groups.values():
+    for run in runs:
+      saved = run.workdir / run_folder.CONFIG_FILE
+      if saved.exists() and run_folder.config_differences(json.loads(saved.read_text()),
+                                                          run.config):
+        print(f'{run.name}: its config changed; starting it anew.', flush=True)
+        shutil.rmtree(run.workdir)
