@@ -270,6 +270,15 @@ def test_finished_campaign_with_a_current_report_has_nothing_to_do(tmp_path, env
   assert not run_folder.jobs_file(campaign_dir).exists()  # nothing submitted
 
 
+def test_estimate_without_a_device_size_is_one_line(tmp_path, env, capsys):
+  spec = write_spec(tmp_path / 'spec.py')
+  assert command.main([str(spec), '--dir', str(tmp_path / 'c'), '--estimate']) == 1
+  err = capsys.readouterr().err.strip()
+  assert err == ("error: --estimate: this machine's device reports no memory size; give the "
+                 "jobs' with --device_memory_gib, e.g. 80.")
+  assert not run_folder.jobs_file(tmp_path / 'c').exists()
+
+
 @pytest.mark.parametrize('item, expected', [
     ('num_trian_steps=5', "error: --override 'num_trian_steps=5': config.num_trian_steps is no "
                           'config field. Did you mean config.num_train_steps?'),

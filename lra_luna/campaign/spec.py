@@ -53,7 +53,8 @@ def base_spec() -> ml_collections.ConfigDict:
 
 def ready_specs() -> str:
   if SPEC_DIR is None:
-    return 'a wheel ships no specs; write one as the checkout\'s campaigns/*.py'
+    return ('an installed lra_luna ships no specs: write one as those of the source '
+            "checkout's campaigns/ folder")
   return 'the ready ones are ' + ', '.join(f'campaigns/{p.name}'
                                            for p in sorted(SPEC_DIR.glob('*.py')))
 
