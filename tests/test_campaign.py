@@ -395,6 +395,22 @@ def test_a_program_out_of_memory_is_retried_with_half_the_seeds():
   assert [run.seed for run, _ in alone] == [0]
 
 
+def test_group_job_plans_its_programs_against_the_device(tmp_path, monkeypatch, capsys):
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', seeds=[0, 1, 2, 3, 4]))
+  runs = plan_lib.plan(spec, tmp_path)[('listops', 'luna16', 'cls')]
+  monkeypatch.setattr(memory, 'vmapped_step_bytes', lambda config: int(0.4 * GIB))
+  calls = []
+  monkeypatch.setattr(jobs_lib, 'train_programs',
+                      lambda todo, per_program: calls.append(([r.seed for r in todo],
+                                                               per_program)) or [])
+  job = jobs_lib.GroupJob(runs[0].spec, 'cls', [0, 1, 2, 3, 4], list(spec.overrides),
+                          str(tmp_path), device_memory_gib=1.0)
+  assert job() == [run.name for run in runs]
+  assert calls == [([0, 1, 2, 3, 4], 2)]  # floor(0.9 x 1 GiB / 0.4 GiB)
+  assert '5 seeds, 0.40 GiB each (compiled estimate), on a device of 1.0 GiB: 2 per program.' \
+      in capsys.readouterr().out
+
+
 def test_vmapped_step_estimate_grows_with_the_seeds(tmp_path):
   spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', seeds=[0]))
   config = plan_lib.plan(spec, tmp_path)[('listops', 'luna16', 'cls')][0].config

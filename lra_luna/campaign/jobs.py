@@ -11,6 +11,7 @@ from lra_luna import sweep
 from lra_luna.campaign import memory
 from lra_luna.campaign import plan as plan_lib
 from lra_luna.training import run_folder
+from lra_luna.training import steps
 import lra_luna
 
 
@@ -51,6 +52,8 @@ class GroupJob(submitit.helpers.Checkpointable):
 
   def __call__(self) -> list:
     logging.set_verbosity(logging.WARNING)  # As run_lra: orbax logs every save at INFO.
+    # Before the memory estimate starts JAX's backend, as train.train_seeds would have.
+    steps.reuse_freed_host_memory()
     runs = sweep.plan([self.config], self.seeds, [self.head], self.overrides, self.campaign_dir)
     todo = [run for run in runs if not sweep.finished(run)]
     per_program = len(todo)
