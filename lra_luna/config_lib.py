@@ -105,6 +105,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.schedule = ''                   # 'rsqrt': warmup then lr*sqrt(w/s); 'cosine': to 0 (*)
   c.learning_rate = 0.0             # peak learning rate, at the end of warmup (*)
   c.weight_decay = 0.0              # AdamW decoupled weight decay (times the lr); 0 = none
+  # > 0: an SSM's A and dt (models/s4d.py SSM_PARAMETERS) train at this peak rate (same schedule)
+  # with no weight decay, as the S4 authors; 0: they train like every other parameter.
+  c.ssm_learning_rate = 0.0
   c.adam_b1 = 0.9                   # Adam beta1 (LRA, Luna reference)
   c.adam_b2 = 0.98                  # Adam beta2 (LRA, Luna reference)
   c.adam_eps = 1e-8                 # Adam epsilon
@@ -131,6 +134,9 @@ def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.Co
   if model.pack_length:
     config.model.pack_length = model.pack_length
   config.model.attention_options = ml_collections.ConfigDict(model.options_for(config.task))
+  for field, value in model.settings.items():  # what the model is (e.g. S4D: no positions)
+    section, _, key = field.rpartition('.')
+    (config[section] if section else config)[key] = value
   return config
 
 
@@ -164,7 +170,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     # Import and constructor errors now, before any data is read or any workdir written.
     plugins.check_constructor(plugins.load_class(config.model.attention),
                               dict(config.model.attention_options))
-  elif config.model.attention in registry.baseline_classes():
+  elif registry.options_class(config.model.attention) is not None:
     check_attention_options(config)
   model_config.ModelConfig.from_config(config.model)
   _check_choice('schedule', config.schedule, SCHEDULES)
@@ -182,10 +188,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 
 def check_attention_options(config: ml_collections.ConfigDict) -> None:
-  """ValueError in one line for an option the baseline attention does not take, or a value
-  outside its valid range at config.max_length (the class's check_options), before any data is
-  read or any model built."""
-  cls = registry.attention_class(config.model.attention)
+  """ValueError in one line for an option the baseline attention (or the model's own block) does
+  not take, or a value outside its valid range at config.max_length (the class's
+  check_options), before any data is read or any model built."""
+  cls = registry.options_class(config.model.attention)
   options = dict(config.model.attention_options)
   unknown = sorted(set(options) - set(cls.CONFIG_OPTIONS))
   if unknown:

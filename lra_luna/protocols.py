@@ -1,9 +1,12 @@
-"""The two training protocols of the task configs, and the one table of the Luna authors' LRA runs.
+"""The two training protocols of the task configs, and the tables of the authors' LRA runs.
 
 'lra' (every `configs/<task>.py:<model>`): LRA's model sizes and schedules with the Luna paper's
 Table 4 rates, the same for every model, so that models compare with one another.
-'paper' (`configs/<task>.py:<model>,paper`): the settings of the Luna authors' released LRA code,
-which is what produced the paper's Table 1 (lra.md §3 "Luna reference LRA scripts", luna.md §5).
+'paper' (`configs/<task>.py:<model>,paper`): the model's own paper's protocol (its registry
+entry's `paper_protocol`). For Luna, the Transformer and the 2021 baselines: the settings of the
+Luna authors' released LRA code, which is what produced the Luna paper's Table 1 (lra.md §3
+"Luna reference LRA scripts", luna.md §5). For S4D: the S4 authors' LRA experiment configs
+(S4D_TASKS below).
 
 Sources, cited below by these names:
   script  examples/luna/README.lra.md of the authors' fairseq fork (XuezheMax/fairseq-apollo,
@@ -18,6 +21,8 @@ Where Table 4 and the scripts disagree the scripts win (they are what ran): Retr
 """
 
 import dataclasses
+
+from lra_luna import registry
 
 PROTOCOLS = ('lra', 'paper')
 
@@ -114,9 +119,84 @@ def authors_settings(task: str) -> dict:
 
 
 def use_authors_protocol(config) -> None:
-  """Sets config to the Luna authors' protocol for config.task (pack length l, from the model
-  name, stays) and records config.protocol = 'paper'."""
-  for field, value in authors_settings(config.task).items():
-    section, _, key = field.rpartition('.')
-    (config[section] if section else config)[key] = value
+  """Sets config to the protocol of its model's own paper for config.task (the Luna authors'
+  for every model but S4D, whose is s4d_settings; Luna's pack length l, from the model name,
+  stays) and records config.protocol = 'paper'."""
+  settings = {'luna': authors_settings, 's4d': s4d_settings}
+  protocol = registry.get(config.model_name).paper_protocol
+  for field, value in settings[protocol](config.task).items():
+    *sections, key = field.split('.')
+    node = config
+    for section in sections:
+      node = node[section]
+    node[key] = value
   config.protocol = 'paper'
+
+
+# ----------------------------------------------------------------------------------------------
+# S4D: the S4 authors' LRA runs. Source, cited as 'exp': configs/experiment/lra/s4-<task>.yaml of
+# state-spaces/s4 (the S4 v3 / S4D-paper settings; commit e757cef), with configs/model/s4.yaml,
+# configs/model/base.yaml, configs/optimizer/adamw.yaml and configs/dataset/<task>.yaml for the
+# defaults they keep. Epochs are the scheduler's num_training_steps there (epochs x batches).
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class S4DTask:
+  """One row of the S4 authors' per-task LRA settings (exp)."""
+  dim: int                  # model.dim: model.d_model
+  num_layers: int           # model.num_layers: model.n_layers
+  state_dim: int            # attention_options.state_dim: model.layer.d_state
+  prenorm: bool             # attention_options.prenorm: model.prenorm
+  dropout: float            # model.dropout: model.dropout
+  learning_rate: float      # optimizer.lr
+  weight_decay: float       # optimizer.weight_decay
+  batch_size: int           # loader.batch_size
+  num_train_steps: int      # scheduler.num_training_steps (= max_epochs x batches per epoch)
+  warmup_steps: int         # scheduler.num_warmup_steps
+  dt_min: float             # attention_options.dt_min: model.layer.dt_min
+
+
+S4D_TASKS = {
+    # exp s4-listops: 40 epochs of 96k / 32; d_state 4, post-norm; dt at the main rate (lr.dt null).
+    'listops': S4DTask(256, 6, 4, False, 0.0, 1e-2, 0.05, 32, 120000, 12000, 1e-3),
+    # exp s4-imdb: 32 epochs of 25k / 16; l_max 4096.
+    'text': S4DTask(256, 6, 4, True, 0.0, 1e-2, 0.05, 16, 50000, 5000, 1e-3),
+    # exp s4-aan: 20 epochs of 147k / 64 (rounded to 50000 there).
+    'retrieval': S4DTask(256, 6, 4, True, 0.0, 1e-2, 0.05, 64, 50000, 5000, 1e-3),
+    # exp s4-cifar: 200 epochs of 45k / 50, grayscale, d_state 64, post-norm, dropout 0.1.
+    'image': S4DTask(512, 6, 64, False, 0.1, 1e-2, 0.05, 50, 180000, 18000, 1e-3),
+    # exp s4-pathfinder: 200 epochs of 160k / 64.
+    'pathfinder': S4DTask(256, 6, 64, True, 0.0, 4e-3, 0.05, 64, 500000, 50000, 1e-3),
+    # exp s4-pathx: 50 epochs of 160k / 16; dt_min 1e-4.
+    'pathx': S4DTask(256, 6, 64, True, 0.0, 1e-3, 0.05, 16, 500000, 50000, 1e-4),
+}
+
+# What every S4 authors' LRA run shares (sources in the comments).
+S4D_COMMON = {
+    'schedule': 'cosine',             # scheduler cosine_warmup: linear warmup, cosine to 0 (exp)
+    'adam_b1': 0.9,                   # AdamW betas (0.9, 0.999) (optimizer/adamw.yaml)
+    'adam_b2': 0.999,
+    'adam_eps': 1e-8,                 # PyTorch's AdamW default
+    'grad_clip_norm': 0.0,            # trainer gradient_clip_val null
+    'ssm_learning_rate': 1e-3,        # model.layer.lr 0.001 for A (and B, dt), weight decay 0
+    'model.positions': 'none',        # encoder 'embedding' only (pipeline)
+    'model.embedding_layernorm': False,
+    'model.head': 'mean',             # decoder mode 'pool' over the real tokens (use_lengths)
+    'model.pair_features': 'full',    # Retrieval: RetrievalHead nli=True: [a, b, a*b, a-b]
+    'model.dual_head_layers': 1,      # one hidden layer of d_model (decoder d_model null)
+    'model.attention_options.bidirectional': True,  # model.layer.bidirectional
+    'model.attention_options.dt_max': 0.1,         # model.layer.dt_max
+}
+
+
+def s4d_settings(task: str) -> dict:
+  """Config field -> value of the S4 authors' LRA protocol for `task` (S4D_TASKS + S4D_COMMON):
+  every task, Path-X included."""
+  row = S4D_TASKS[task]
+  options = 'model.attention_options.'
+  return {'model.dim': row.dim, 'model.classifier_dim': row.dim,
+          'model.num_layers': row.num_layers, 'model.dropout': row.dropout,
+          options + 'state_dim': row.state_dim, options + 'prenorm': row.prenorm,
+          options + 'dt_min': row.dt_min, 'learning_rate': row.learning_rate,
+          'weight_decay': row.weight_decay, 'batch_size': row.batch_size,
+          'num_train_steps': row.num_train_steps, 'warmup_steps': row.warmup_steps,
+          **S4D_COMMON}

@@ -15,6 +15,9 @@ from lra_luna import tasks
 LUNA_PAPER = 'Ma et al. 2021 (Luna)'
 # Tay et al., "Long Range Arena: A Benchmark for Efficient Transformers", ICLR 2021.
 LRA_PAPER = 'Tay et al. 2021 (LRA)'
+# Gu, Gupta, Goel and Ré, "On the Parameterization and Initialization of Diagonal State Space
+# Models", NeurIPS 2022 (arXiv:2206.11893): its LRA table (S4D-LegS, S4D-Inv, S4D-Lin).
+S4D_PAPER = 'Gu et al. 2022 (S4D)'
 
 # The five tasks of the papers' tables and averages (Path-X: every model failed, chance level).
 TASKS = tasks.TABLE1_TASKS

@@ -15,7 +15,7 @@ import dataclasses
 import importlib
 
 from lra_luna import published
-from lra_luna.published import LRA_PAPER, LUNA_PAPER
+from lra_luna.published import LRA_PAPER, LUNA_PAPER, MEGA_PAPER, S4D_PAPER
 
 HEADS = ('cls', 'mean', 'mean_p')  # sentence representations (classifier.pool)
 NON_LUNA_HEADS = ('cls', 'mean')   # 'mean_p' pools Luna's P (paper §4.1)
@@ -38,6 +38,13 @@ class Model:
   # Options that keep the attention cheap in the unit tests (dim 16, 2 heads, up to 64 tokens)
   # while still exercising its structure (several blocks, several buckets).
   test_options: dict = dataclasses.field(default_factory=dict)
+  # A model that is no attention: 'module:Class' of its own encoder block (classifier.py's block
+  # protocol), built on demand; its options are config.model.attention_options as well.
+  block_class: str = ''
+  # Config fields the model always sets (field -> value; set_model applies them for any protocol):
+  # what the model is, e.g. S4D's own learning rate for its SSM parameters and no positions.
+  settings: dict = dataclasses.field(default_factory=dict)
+  paper_protocol: str = 'luna'      # whose protocol the config word `paper` applies (protocols.py)
 
   def options_for(self, task: str) -> dict:
     """The attention options a config of `task` starts from."""
@@ -80,6 +87,16 @@ def baseline_classes() -> dict[str, str]:
   return {m.attention: m.attention_class for m in MODELS.values() if m.attention_class}
 
 
+def block_classes() -> dict[str, str]:
+  """{attention key: 'module:Class'} of every model that brings its own encoder block."""
+  return {m.attention: m.block_class for m in MODELS.values() if m.block_class}
+
+
+def _import(spec: str):
+  module, _, class_name = spec.partition(':')
+  return getattr(importlib.import_module(module), class_name)
+
+
 def attention_class(attention: str):
   """The class of a baseline attention key (imports its module: needs JAX)."""
   classes = baseline_classes()
@@ -87,8 +104,22 @@ def attention_class(attention: str):
     raise ValueError(f'Unknown attention {attention!r}; valid choices: '
                      f"{sorted(['softmax', 'luna', *classes])} or a plug-in "
                      "'path/to/file.py:Class'.")
-  module, _, class_name = classes[attention].partition(':')
-  return getattr(importlib.import_module(module), class_name)
+  return _import(classes[attention])
+
+
+def block_class(attention: str):
+  """The block class of a model with its own block (imports its module: needs JAX)."""
+  return _import(block_classes()[attention])
+
+
+def options_class(attention: str):
+  """The class whose CONFIG_OPTIONS and check_options govern config.model.attention_options:
+  a baseline's attention or a model's own block; None for softmax, Luna and plug-ins."""
+  if attention in baseline_classes():
+    return attention_class(attention)
+  if attention in block_classes():
+    return block_class(attention)
+  return None
 
 
 def table1_rows() -> tuple:
@@ -97,8 +128,10 @@ def table1_rows() -> tuple:
 
 
 def table1_models() -> list[str]:
-  """The models with a published Table 1 row: the paper's comparison."""
-  return [m.name for m in MODELS.values() if m.table1]
+  """The models with a row in the Luna paper's Table 1 (its own or LRA's): the paper's
+  comparison (campaigns/paper_table1.py)."""
+  return [m.name for m in MODELS.values()
+          if any(r.paper in (LRA_PAPER, LUNA_PAPER) for r in m.table1)]
 
 
 def table2_rows() -> dict:
@@ -195,3 +228,68 @@ _luna(128, ((38.01, 65.74, 79.55, 47.47, 78.89), 61.93, 57.53),
       (('1.1', '1.7', '3.4', '5.1'), ('0.49', '0.28', '0.21', '0.14')))
 _luna(256, ((37.98, 65.78, 79.56, 47.86, 78.55), 61.95, 57.54),
       (('1.1', '1.7', '3.3', '4.9'), ('0.60', '0.33', '0.23', '0.16')))
+# Today's LRA leaders, beside the Luna paper's comparison.
+def _s4d_row(label, values, pathx, average, note=''):
+  """A row of the S4D paper's LRA table: five tasks and Path-X where it was solved (None: the
+  model failed it). Its Avg. is over six tasks, Path-X included."""
+  accuracy = dict(zip(published.TASKS, values), **({'pathx': pathx} if pathx else {}))
+  return published.PublishedRow(label, 's4d', None, S4D_PAPER, 'Table 5', accuracy, average,
+                                None, note)
+
+
+# S4D (models/s4d.py): its own block; options at the S4D paper's defaults (N = 64, S4D-Inv,
+# dt in [1e-3, 1e-1], bidirectional, pre-norm); always no positions (the convolution knows
+# them), no embedding LayerNorm, mean pooling and the SSM's own rate without weight decay.
+# The authors' per-task LRA settings are the 'paper' protocol (protocols.S4D_TASKS).
+register(Model(
+    's4d', 'S4D', 's4d', block_class=_MODULES + 's4d:S4DBlock',
+    options={'state_dim': 64, 'init': 'inv', 'dt_min': 1e-3, 'dt_max': 1e-1,
+             'bidirectional': True, 'prenorm': True},
+    settings={'model.positions': 'none', 'model.embedding_layernorm': False,
+              'model.head': 'mean', 'ssm_learning_rate': 1e-3},
+    paper_protocol='s4d', test_options={'state_dim': 4},
+    table1=(_s4d_row('S4D-LegS', (60.47, 86.18, 89.46, 88.19, 93.06), 91.95, 84.89),
+            _s4d_row('S4D-Inv', (60.18, 87.34, 91.09, 87.83, 93.78), 92.80, 85.50),
+            _s4d_row('S4D-Lin', (60.52, 86.97, 90.96, 87.93, 93.96), None, 78.39,
+                     'the S4D rows average six tasks, Path-X included, a failed Path-X (x) '
+                     'counted as 50; its five scores average 84.07.'))))
+
+
+def _mega_row(name, label, values, pathx, average):
+  """A row of the Mega paper's LRA table (its Table 2): five tasks and Path-X; its Avg. is over
+  the six tasks, Path-X included."""
+  accuracy = dict(zip(published.TASKS, values), pathx=pathx)
+  return published.PublishedRow(label, name, None, MEGA_PAPER, 'Table 2', accuracy, average,
+                                None, 'the Mega rows average six tasks, Path-X included.')
+
+
+# Mega (models/mega.py): its own block. The options per task are the authors' LRA model (their
+# fairseq LRA scripts): softmax attention and post-norm on the text tasks (scalenorm on Text and
+# Retrieval), laplace attention and pre-norm on the pixel tasks (their batchnorm there is a
+# LayerNorm here, docs/mega.md), EMA kernels cut at 1024 lags (4096 on Path-X), the simple
+# relative position bias. Always no position embeddings (EMA and bias know positions), no
+# embedding LayerNorm and mean pooling. Their per-task sizes and optimizer are the 'paper'
+# protocol (protocols.MEGA_TASKS). Mega-chunk: chunks of 128 (4096 on Path-X; the paper's §4.1).
+_MEGA_TEXT = {'attention_function': 'softmax', 'prenorm': False, 'norm': 'scalenorm'}
+_MEGA_PIXELS = {'attention_function': 'laplace', 'prenorm': True, 'norm': 'layernorm'}
+_MEGA_TASK_OPTIONS = {'listops': {**_MEGA_TEXT, 'norm': 'layernorm'}, 'text': _MEGA_TEXT,
+                      'retrieval': _MEGA_TEXT, 'image': _MEGA_PIXELS,
+                      'pathfinder': _MEGA_PIXELS, 'pathx': {**_MEGA_PIXELS, 'truncation': 4096}}
+_MEGA_SETTINGS = {'model.positions': 'none', 'model.embedding_layernorm': False,
+                  'model.head': 'mean'}
+register(Model(
+    'mega', 'Mega', 'mega', block_class=_MODULES + 'mega:MegaBlock',
+    options={'z_dim': 64, 'ema_dim': 16, 'truncation': 1024, 'position_bias': 'simple'},
+    task_options=_MEGA_TASK_OPTIONS, settings=_MEGA_SETTINGS, paper_protocol='mega',
+    test_options={'z_dim': 8, 'ema_dim': 2},
+    table1=(_mega_row('mega', 'Mega', (63.14, 90.43, 91.25, 90.44, 96.01), 97.98, 88.21),)))
+register(Model(
+    'mega_chunk', 'Mega-chunk', 'mega_chunk', block_class=_MODULES + 'mega:MegaBlock',
+    options={'z_dim': 64, 'ema_dim': 16, 'truncation': 1024, 'position_bias': 'simple',
+             'chunk_size': 128},
+    task_options={**_MEGA_TASK_OPTIONS,
+                  'pathx': {**_MEGA_TASK_OPTIONS['pathx'], 'chunk_size': 4096}},
+    settings=_MEGA_SETTINGS, paper_protocol='mega',
+    test_options={'z_dim': 8, 'ema_dim': 2, 'chunk_size': 8},
+    table1=(_mega_row('mega_chunk', 'Mega-chunk', (58.76, 90.19, 90.97, 85.80, 94.41), 93.81,
+                      85.66),)))

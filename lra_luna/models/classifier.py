@@ -3,6 +3,15 @@
 All models share one embedding (`Embedding`), one classifier head (`ClassifierHead`) and one
 pooling function (`pool`); only the encoder block differs. A learned [CLS] token (id =
 vocab_size) is prepended to every sequence, so position 0 is always [CLS].
+
+The block protocol (`BlockEncoder`): a model that is not attention brings its own block class,
+named by its registry entry's `block_class` ('module:Class'; S4D: models/s4d.py):
+  Block(cfg: ModelConfig, rngs)       options in cfg.attention_options
+  block(x, mask, *, deterministic, rngs, query_rows=None) -> x' [B, n or query_rows, D]
+  Block.final_norm(cfg) -> bool       whether the encoder ends with a LayerNorm
+  Block.CONFIG_OPTIONS, Block.check_options(max_length=, **options)  (config_lib.validate)
+x [B, n, D] in the compute dtype, mask [B, n] bool (True = real token; position 0 is [CLS]).
+The embedding, heads, training, sweeps, profiler and report are the same for every block.
 Call signature of every model: `model(batch, *, deterministic, rngs) -> logits [B, classes]`,
 with `batch['inputs']` int [B, n] (Retrieval: `inputs1`, `inputs2`).
 """
@@ -55,10 +64,13 @@ class Embedding(nnx.Module):
     self.cls_id = vocab_size
     self.tokens = nnx.Embed(vocab_size + 1, dim, embedding_init=embedding_init(init, dim),
                             dtype=dtype, rngs=rngs)
+    self.max_positions = max_length + 1
     if positions == 'learned':
       self.positions = nnx.Param(embedding_init(init, dim)(rngs.params(), (max_length + 1, dim)))
-    else:  # 'sinusoidal'
+    elif positions == 'sinusoidal':
       self.positions = nnx.Variable(jnp.asarray(sinusoidal_table(max_length + 1, dim)))
+    else:  # 'none': the blocks know positions themselves (S4D's convolution)
+      self.positions = None
     self.layernorm = layers.LayerNorm(dim, dtype=dtype) if use_layernorm else None
     self.dropout = Dropout(dropout)
     self.dtype = dtype
@@ -72,10 +84,12 @@ class Embedding(nnx.Module):
   def __call__(self, ids, mask, *, deterministic=True, rngs=None):
     """ids [B, n] (already with [CLS] at 0), mask [B, n] -> x [B, n, D]."""
     n = ids.shape[1]
-    if n > self.positions.shape[0]:
+    if n > self.max_positions:
       raise ValueError(f'Sequence of {n - 1} tokens is longer than max_length '
-                       f'{self.positions.shape[0] - 1}; raise config.max_length.')
-    x = self.tokens(ids) + self.positions[...][:n].astype(self.dtype)
+                       f'{self.max_positions - 1}; raise config.max_length.')
+    x = self.tokens(ids)
+    if self.positions is not None:
+      x = x + self.positions[...][:n].astype(self.dtype)
     if self.layernorm is not None:
       x = self.layernorm(x)
     x = self.dropout(x, deterministic=deterministic, rngs=rngs)
@@ -125,14 +139,22 @@ class TransformerBlock(nnx.Module):
     x = x[:, :query_rows] + drop(y)
     return x + drop(self.ffn(self.ffn_norm(x)))
 
+  @staticmethod
+  def final_norm(cfg: ModelConfig) -> bool:
+    del cfg
+    return True  # LRA's pre-LN stack ends with a LayerNorm.
 
-class TransformerEncoder(nnx.Module):
-  """LRA encoder (lra.md §3): embedding, pre-LN blocks, final LayerNorm. Returns (X, None)."""
 
-  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+class BlockEncoder(nnx.Module):
+  """LRA encoder (lra.md §3): embedding, a stack of blocks (the Transformer's pre-LN block, or a
+  model's own by the block protocol above), a final LayerNorm where the block says so.
+  Returns (X, None)."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, block_class=TransformerBlock):
     self.embedding = Embedding.from_config(cfg, rngs)
-    self.blocks = nnx.List([TransformerBlock(cfg, rngs) for _ in range(cfg.num_layers)])
-    self.final_norm = layers.LayerNorm(cfg.dim, dtype=compute_dtype(cfg))
+    self.blocks = nnx.List([block_class(cfg, rngs) for _ in range(cfg.num_layers)])
+    self.final_norm = (layers.LayerNorm(cfg.dim, dtype=compute_dtype(cfg))
+                       if block_class.final_norm(cfg) else None)
 
   def __call__(self, ids, mask, *, deterministic=True, rngs=None, output_rows=None):
     """(X [B, n, D], None); with `output_rows` X holds only its first rows (`rows_read_by`)."""
@@ -141,7 +163,7 @@ class TransformerEncoder(nnx.Module):
       last = i == len(self.blocks) - 1
       x = block(x, mask, deterministic=deterministic, rngs=rngs,
                 query_rows=output_rows if last else None)
-    return self.final_norm(x), None
+    return (x if self.final_norm is None else self.final_norm(x)), None
 
 
 class LunaEncoderLayer(nnx.Module):
@@ -313,9 +335,13 @@ def with_cls(ids, cls_id: int, mask_padding: bool):
 
 
 def build_encoder(cfg: ModelConfig, rngs: nnx.Rngs):
+  """Luna's encoder, or the block encoder with the model's own block (registry `block_class`)
+  or the Transformer's block."""
   if cfg.attention == 'luna':
     return LunaEncoder(cfg, rngs)
-  return TransformerEncoder(cfg, rngs)
+  if cfg.attention in registry.block_classes():
+    return BlockEncoder(cfg, rngs, registry.block_class(cfg.attention))
+  return BlockEncoder(cfg, rngs)
 
 
 class SequenceClassifier(nnx.Module):

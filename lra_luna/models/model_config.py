@@ -12,7 +12,7 @@ import dataclasses
 # The heads, and which a model's attention can pool, belong to the model registry.
 from lra_luna.registry import HEADS, heads_of  # pylint: disable=unused-import
 
-POSITIONS = ('learned', 'sinusoidal')
+POSITIONS = ('learned', 'sinusoidal', 'none')  # 'none': the blocks know positions (S4D)
 INITS = ('reference', 'bert')
 P_INITS = ('learned', 'sinusoidal')
 DTYPES = ('float32', 'bfloat16', 'float16')
@@ -26,7 +26,7 @@ class ModelConfig:
   """config.model, typed. Defaults are the task-neutral ones; sizes come from the task config."""
   attention: str = 'softmax'        # a MODELS attention (set_model) or a plug-in 'x.py:Class'
   attention_implementation: str = 'vanilla'  # softmax only: 'vanilla' (n x n matrix) | 'fused'
-  # Constructor options of a baseline or a plug-in.
+  # Constructor options of a baseline, a plug-in or a model's own block (S4D).
   attention_options: dict = dataclasses.field(default_factory=dict)
   dim: int = 0                      # model width D (set by each task config)
   num_heads: int = 0                # heads H (Luna: unpack heads; set by each task config)
@@ -36,7 +36,7 @@ class ModelConfig:
   classifier_dim: int = 0           # classifier hidden width (set by each task config)
   dropout: float = 0.1              # residual, embedding and P dropout
   attention_dropout: float = 0.1    # dropout on attention probabilities
-  positions: str = 'learned'        # position embeddings: 'learned' | 'sinusoidal'
+  positions: str = 'learned'        # position embeddings: 'learned' | 'sinusoidal' | 'none'
   embedding_layernorm: bool = True  # LayerNorm after the embedding (Luna reference; LRA: none)
   init: str = 'reference'           # 'reference' (xavier, luna.md §1) | 'bert' (N(0, 0.02))
   head: str = 'cls'                 # sentence representation: 'cls' | 'mean' | 'mean_p'

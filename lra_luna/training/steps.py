@@ -19,6 +19,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from lra_luna import config_lib
 from lra_luna.datasets import input_pipeline
 from lra_luna.models import classifier as models
+from lra_luna.models import s4d
 from lra_luna.models.model_config import ModelConfig
 from lra_luna.training import host_memory
 
@@ -37,10 +38,11 @@ def majority_rate(targets) -> float:
 # ----------------------------------------------------------------------------------------------
 # Optimizer and schedules (docs/protocols.md).
 # ----------------------------------------------------------------------------------------------
-def make_schedule(config):
+def make_schedule(config, peak=None):
   """'rsqrt': lr * min(s/w, sqrt(w/s)) (LRA's linear_warmup * rsqrt_decay, peak-normalised as
-  fairseq's inverse_sqrt); 'cosine': linear warmup to lr, then cosine decay to 0."""
-  peak, warmup = config.learning_rate, max(config.warmup_steps, 1)
+  fairseq's inverse_sqrt); 'cosine': linear warmup to lr, then cosine decay to 0. lr is
+  config.learning_rate, or `peak`."""
+  peak, warmup = peak or config.learning_rate, max(config.warmup_steps, 1)
   if config.schedule == 'rsqrt':
     def rsqrt(step):
       step = jnp.maximum(step, 1).astype(jnp.float32)
@@ -52,12 +54,26 @@ def make_schedule(config):
 
 
 def make_optimizer(config):
-  """AdamW (b1 0.9, b2 0.98, decoupled weight decay), optional global-norm clipping."""
+  """AdamW (b1 0.9, b2 0.98, decoupled weight decay), optional global-norm clipping. With
+  config.ssm_learning_rate > 0 an SSM's A and dt (parameter_groups) get that peak rate on the
+  same schedule and no weight decay (the S4 authors' optimizer groups)."""
   adamw = optax.adamw(make_schedule(config), b1=config.adam_b1, b2=config.adam_b2,
                       eps=config.adam_eps, weight_decay=config.weight_decay)
+  if config.ssm_learning_rate > 0:
+    ssm = optax.adam(make_schedule(config, config.ssm_learning_rate), b1=config.adam_b1,
+                     b2=config.adam_b2, eps=config.adam_eps)
+    adamw = optax.multi_transform({'default': adamw, 'ssm': ssm}, parameter_groups)
   if config.grad_clip_norm > 0:
     return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), adamw)
   return adamw
+
+
+def parameter_groups(params):
+  """The optimizer group of every parameter leaf: 'ssm' for an SSM's A and dt (a name in
+  models/s4d.py SSM_PARAMETERS), 'default' for the rest."""
+  def group(path, _):
+    return 'ssm' if getattr(path[-1], 'key', None) in s4d.SSM_PARAMETERS else 'default'
+  return jax.tree_util.tree_map_with_path(group, params)
 
 
 # ----------------------------------------------------------------------------------------------

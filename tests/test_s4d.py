@@ -1,0 +1,215 @@
+"""S4D (lra_luna/models/s4d.py) against its formulas: the Vandermonde kernel against the
+discretised recurrence unrolled step by step (values and gradients), the FFT convolution against
+a direct sum, the bidirectional form, padding, jit, bfloat16, and the optimizer's SSM group."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lra_luna import config_lib
+from lra_luna import protocols
+from lra_luna import registry
+from lra_luna.models import classifier as models
+from lra_luna.models import s4d
+from lra_luna.models.model_config import ModelConfig
+from lra_luna.training import steps
+
+
+def small_layer(bidirectional=True, dim=3, state_dim=4, seed=0):
+  return s4d.S4D(dim, state_dim=state_dim, init='inv', dt_min=0.01, dt_max=0.5,
+                 bidirectional=bidirectional, rngs=nnx.Rngs(seed))
+
+
+def ssm_parameters(layer):
+  return {name: getattr(layer, name)[...] for name in ('log_dt', 'log_a_real', 'a_imag', 'c', 'd')}
+
+
+def recurrence(params, u):
+  """y [B, L, H] by unrolling x_k = dA x_{k-1} + dB u_k, y_k = 2 Re(C x_k) (ZOH) step by step,
+  forwards with C[0] and, bidirectional, backwards with C[1] shifted one step, plus D u."""
+  dt = jnp.exp(params['log_dt'])[:, None]
+  a = -jnp.exp(params['log_a_real']) + 1j * params['a_imag']
+  d_a, d_b = jnp.exp(dt * a), (jnp.exp(dt * a) - 1.0) / a
+  c = params['c'][..., 0] + 1j * params['c'][..., 1]  # [channels, H, M]
+
+  def run(c_channel, inputs):  # inputs [L, B, H] -> outputs [L, B, H]
+    def step(state, u_k):
+      state = d_a * state + d_b * u_k[..., None]
+      return state, 2.0 * jnp.sum(c_channel * state, axis=-1).real
+    initial = jnp.zeros(inputs.shape[1:] + (a.shape[-1],), jnp.complex64)
+    return jax.lax.scan(step, initial, inputs)[1]
+
+  steps_first = jnp.swapaxes(u, 0, 1)
+  y = run(c[0], steps_first)
+  if c.shape[0] == 2:
+    backward = jnp.flip(run(c[1], jnp.flip(steps_first, 0)), 0)  # sum_{j>=i} K'[j-i] u_j
+    y = y + jnp.concatenate([backward[1:], jnp.zeros_like(backward[:1])], 0)
+  return jnp.swapaxes(y, 0, 1) + u * params['d']
+
+
+def layer_output(params, u, bidirectional):
+  layer = small_layer(bidirectional)
+  for name, value in params.items():
+    getattr(layer, name)[...] = value
+  return layer(u)
+
+
+@pytest.mark.parametrize('bidirectional', [False, True])
+def test_kernel_convolution_equals_the_unrolled_recurrence(bidirectional):
+  params = ssm_parameters(small_layer(bidirectional))
+  u = jax.random.normal(jax.random.key(1), (2, 13, 3))
+  np.testing.assert_allclose(layer_output(params, u, bidirectional), recurrence(params, u),
+                             rtol=1e-4, atol=1e-4)
+  loss = lambda f: lambda p: jnp.sum(jnp.sin(f(p, u)))
+  by_kernel = jax.grad(loss(lambda p, u: layer_output(p, u, bidirectional)))(params)
+  by_recurrence = jax.grad(loss(recurrence))(params)
+  for name in params:
+    np.testing.assert_allclose(by_kernel[name], by_recurrence[name], rtol=2e-3, atol=2e-4,
+                               err_msg=name)
+
+
+def direct_convolution(u, kernel, reverse_kernel):
+  """y_i = sum_{j<=i} K[i-j] u_j + sum_{j>i} K'[j-i-1] u_j, term by term."""
+  u, kernel, reverse_kernel = map(np.asarray, (u, kernel, reverse_kernel))
+  length = u.shape[1]
+  y = np.zeros_like(u)
+  for i in range(length):
+    for j in range(length):
+      k = kernel[:, i - j] if j <= i else reverse_kernel[:, j - i - 1]
+      y[:, i] += k * u[:, j]
+  return y
+
+
+def test_fft_convolution_equals_the_direct_sum():
+  key_u, key_k, key_r = jax.random.split(jax.random.key(2), 3)
+  u = jax.random.normal(key_u, (2, 11, 4))
+  kernel, reverse = jax.random.normal(key_k, (4, 11)), jax.random.normal(key_r, (4, 11))
+  np.testing.assert_allclose(s4d.fft_convolution(u, kernel, reverse),
+                             direct_convolution(u, kernel, reverse), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(s4d.fft_convolution(u, kernel),
+                             direct_convolution(u, kernel, 0 * reverse), rtol=1e-4, atol=1e-4)
+
+
+def test_bidirectional_is_the_causal_convolution_plus_the_reversed_one():
+  """The backward half is the causal convolution of the reversed sequence with [0, K'], reversed;
+  the forward half alone is causal (a change at position j moves no earlier output)."""
+  key_u, key_k, key_r = jax.random.split(jax.random.key(3), 3)
+  u = jax.random.normal(key_u, (1, 9, 2))
+  kernel, reverse = jax.random.normal(key_k, (2, 9)), jax.random.normal(key_r, (2, 9))
+  shifted = jnp.concatenate([jnp.zeros((2, 1)), reverse[:, :-1]], axis=1)
+  backward = jnp.flip(s4d.fft_convolution(jnp.flip(u, 1), shifted), 1)
+  np.testing.assert_allclose(s4d.fft_convolution(u, kernel, reverse),
+                             s4d.fft_convolution(u, kernel) + backward, rtol=1e-4, atol=1e-4)
+  changed = u.at[:, 5].add(1.0)
+  causal = s4d.fft_convolution(changed, kernel) - s4d.fft_convolution(u, kernel)
+  both = s4d.fft_convolution(changed, kernel, reverse) - s4d.fft_convolution(u, kernel, reverse)
+  np.testing.assert_allclose(causal[:, :5], 0.0, atol=1e-5)
+  assert np.all(np.abs(both[:, :5]) > 1e-4)
+
+
+def test_initialisations_are_the_papers():
+  m = np.arange(4)
+  np.testing.assert_allclose(s4d.initial_a_imag('lin', 8), np.pi * m, rtol=1e-6)
+  np.testing.assert_allclose(s4d.initial_a_imag('inv', 8), 8 / np.pi * (8 / (2 * m + 1) - 1),
+                             rtol=1e-6)
+  layer = small_layer()
+  np.testing.assert_allclose(-np.exp(layer.log_a_real[...]), -0.5, rtol=1e-6)
+  assert np.all((np.exp(layer.log_dt[...]) >= 0.01) & (np.exp(layer.log_dt[...]) <= 0.5))
+
+
+def model_config(**overrides):
+  config = config_lib.load_config('configs/listops.py:s4d,quick')
+  config.model.update(vocab_size=11, num_classes=3, max_length=24, dim=8, num_layers=2,
+                      classifier_dim=8)
+  config.model.attention_options.update(registry.get('s4d').test_options)
+  model = dict(config.model)
+  return ModelConfig.from_config({**model, **overrides})
+
+
+@pytest.mark.parametrize('prenorm', [True, False])
+def test_padding_changes_no_real_output(prenorm):
+  """Padded positions are zeroed before every convolution, so real rows and the mean pooling do
+  not depend on the padding's length or token ids."""
+  options = {**registry.get('s4d').test_options, 'prenorm': prenorm}
+  model = models.build_model(model_config(attention_options=options), seed=0)
+  real = np.random.RandomState(0).randint(1, 11, (2, 7))
+  short = np.concatenate([real, np.zeros((2, 2), int)], 1)
+  long = np.concatenate([real, np.zeros((2, 12), int)], 1)
+  ids_s, mask_s = models.with_cls(jnp.asarray(short), 11, True)
+  ids_l, mask_l = models.with_cls(jnp.asarray(long), 11, True)
+  ids_l = jnp.where(mask_l, ids_l, 5)  # garbage under the mask
+  x_s, _ = model.encoder(ids_s, mask_s)
+  x_l, _ = model.encoder(ids_l, mask_l)
+  np.testing.assert_allclose(x_s[:, :8], x_l[:, :8], atol=1e-5)
+  np.testing.assert_allclose(model({'inputs': short}), model({'inputs': long}), atol=1e-5)
+  assert model.encoder.embedding.positions is None
+  assert (model.encoder.final_norm is None) == (not prenorm)
+
+
+def test_jit_equals_eager_and_bfloat16_runs():
+  inputs = np.random.RandomState(1).randint(1, 11, (2, 20))
+  model = models.build_model(model_config(), seed=0)
+  eager = model({'inputs': inputs})
+  jitted = nnx.jit(lambda m, x: m({'inputs': x}))(model, inputs)
+  np.testing.assert_allclose(eager, jitted, rtol=1e-5, atol=1e-5)
+  half = models.build_model(model_config(dtype='bfloat16'), seed=0)
+  loss = lambda m: jnp.mean(m({'inputs': inputs}, deterministic=False,
+                              rngs=nnx.Rngs(dropout=0)) ** 2)
+  value, grads = nnx.value_and_grad(loss)(half)
+  assert np.isfinite(value) and all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
+  np.testing.assert_allclose(half({'inputs': inputs}), eager, atol=0.1)
+
+
+def test_ssm_parameters_get_their_own_rate_and_no_weight_decay():
+  config = config_lib.load_config('configs/listops.py:s4d,quick')
+  config.update(schedule='rsqrt', warmup_steps=1, learning_rate=1e-2, weight_decay=0.5)
+  assert config.ssm_learning_rate == 1e-3
+  model = models.build_model(model_config(), seed=0)
+  params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+  groups = steps.parameter_groups(params)
+  ssm = {'log_dt', 'log_a_real', 'a_imag'}
+  for path, group in jax.tree_util.tree_leaves_with_path(groups):
+    assert group == ('ssm' if path[-1].key in ssm else 'default'), path
+  tx = steps.make_optimizer(config)
+  grads = jax.tree.map(jnp.ones_like, params)
+  updates, _ = tx.update(grads, tx.init(params), params)
+  block = lambda tree: tree['encoder']['blocks'][0]
+  # Adam's first step is -lr * g / |g|; AdamW adds -lr * wd * param.
+  for name in ssm:
+    np.testing.assert_allclose(block(updates)['s4d'][name], -1e-3, rtol=1e-4)
+  c = block(params)['s4d']['c']
+  np.testing.assert_allclose(block(updates)['s4d']['c'], -1e-2 * (1 + 0.5 * c), rtol=1e-4)
+  # Without an SSM rate, A and dt train like every other parameter.
+  config.ssm_learning_rate = 0.0
+  tx = steps.make_optimizer(config)
+  plain, _ = tx.update(grads, tx.init(params), params)
+  log_dt = block(params)['s4d']['log_dt']
+  np.testing.assert_allclose(block(plain)['s4d']['log_dt'], -1e-2 * (1 + 0.5 * log_dt),
+                             rtol=1e-4)
+
+
+def test_bad_option_is_one_line_naming_it():
+  config = config_lib.load_config('configs/listops.py:s4d,quick')
+  with config.unlocked():
+    config.model.attention_options.init = 'legs'
+  with pytest.raises(ValueError) as error:
+    config_lib.validate(config)
+  assert '\n' not in str(error.value) and "init = 'legs'" in str(error.value)
+
+
+@pytest.mark.parametrize('task', ['listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx'])
+def test_paper_word_is_the_s4d_authors_protocol(task):
+  config = config_lib.load_config(f'configs/{task}.py:s4d,paper')
+  config_lib.validate(config)
+  row = protocols.S4D_TASKS[task]
+  assert config.protocol == 'paper'
+  assert (config.model.dim, config.model.num_layers, config.batch_size,
+          config.num_train_steps, config.learning_rate, config.weight_decay) == (
+              row.dim, row.num_layers, row.batch_size, row.num_train_steps, row.learning_rate,
+              row.weight_decay)
+  assert config.model.attention_options.state_dim == row.state_dim
+  assert config.model.attention_options.prenorm == row.prenorm
+  assert config.ssm_learning_rate == 1e-3 and config.schedule == 'cosine'
+  assert config.adam_b2 == 0.999 and config.model.positions == 'none'
