@@ -62,7 +62,8 @@ SLOW = {
                      'test_luna_memory_grows_linearly_and_the_transformers_faster',
                      'test_block_sparse_memory_grows_linearly',
                      'test_a_point_too_big_for_the_host_is_skipped_before_it_runs',
-                     'test_flops_only_counts_the_lowered_step_without_compiling'},
+                     'test_flops_only_counts_the_lowered_step_without_compiling',
+                     'test_an_isolated_point_runs_in_a_worker_with_the_same_estimate'},
 }
 
 

@@ -1,16 +1,25 @@
 """The profiler end to end on tiny models, its OOM handling, the relative table's arithmetic and
-the memory scaling of Luna against the Transformer."""
-
-import json
-import subprocess
+the memory scaling of Luna against the Transformer; isolation and out-of-memory-or-crash on a
+faked accelerator platform."""
 
 import argparse
+import json
+import os
+import signal
+import subprocess
+import types
 
 import jax
 import numpy as np
 import pytest
 
+import lra_luna
 from lra_luna import profile
+from lra_luna import tables
+from lra_luna.profile import isolate
+from lra_luna.profile import measure
+from lra_luna.profile import tabulate
+from lra_luna.training import run_folder
 
 TINY_CONFIG = '''
 from lra_luna import config_lib
@@ -51,24 +60,24 @@ OOM_POINT = ('luna16', 64)
 def sweep(tiny_config, tmp_path_factory):
   """One in-process sweep (compiles are slow on CPU), with OOM_POINT running out of memory."""
   out_dir = tmp_path_factory.mktemp('profile')
-  measure = profile.measure_point
+  measure_point = measure.measure_point
 
   def measure_or_run_out(config, **kwargs):
     if (config.model_name, config.max_length) == OOM_POINT:
       raise jax.errors.JaxRuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating 9 GiB')
-    return measure(config, **kwargs)
+    return measure_point(config, **kwargs)
 
   with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(profile, 'measure_point', measure_or_run_out)
+    patch.setattr(measure, 'measure_point', measure_or_run_out)
     results = run_profiler(tiny_config, out_dir)
   return results, out_dir
 
 
 def test_profiler_runs_end_to_end_and_writes_every_output(sweep):
   results, out_dir = sweep
-  for name in ('profile.json', 'table2.md', 'table2.tex', 'scaling.png'):
+  for name in (run_folder.PROFILE_FILE, 'table2.md', 'table2.tex', 'scaling.png'):
     assert (out_dir / name).stat().st_size > 0
-  saved = json.loads((out_dir / 'profile.json').read_text())
+  saved = json.loads((out_dir / run_folder.PROFILE_FILE).read_text())
   assert saved['device']['platform'] == 'cpu' and saved['batch_size'] == 2
   assert saved['points'] == results['points']
   assert [(p['model'], p['length']) for p in saved['points']] == [
@@ -81,6 +90,7 @@ def test_profiler_runs_end_to_end_and_writes_every_output(sweep):
     assert point['compile_s'] > 0 and point['flops_per_step'] > 0
     assert point['estimated_bytes'] > 0 and point['num_params'] > 0
     assert point['device_peak_bytes'] is None  # CPU has no device memory stats.
+    assert point['dtype'] == 'float32' and point['matmul_precision'] == 'default'
     # min <= median <= max of the timed steps, and their spread.
     assert point['step_s_min'] <= point['step_s'] <= point['step_s_max']
     assert point['spread'] == pytest.approx(
@@ -90,6 +100,8 @@ def test_profiler_runs_end_to_end_and_writes_every_output(sweep):
   table = (out_dir / 'table2.md').read_text()
   assert '| Transformer | 1.00 | 1.00 | 1.00 | 1.00 |' in table
   assert '| Transformer | - (needs 3+ lengths) | - (needs 3+ lengths) |' in table
+  assert 'Attention per row: Transformer softmax, vanilla; Luna-16 luna.' in table
+  assert all(tables.parse_markdown(table))  # every row as many cells as its header
 
 
 def test_memory_only_compiles_without_running_and_gives_the_same_estimates(sweep, tiny_config,
@@ -125,17 +137,9 @@ def test_other_errors_are_not_taken_for_out_of_memory(tiny_config, tmp_path, mon
   def fail(config, **kwargs):
     raise ValueError('a bug')
 
-  monkeypatch.setattr(profile, 'measure_point', fail)
+  monkeypatch.setattr(measure, 'measure_point', fail)
   with pytest.raises(ValueError, match='a bug'):
     run_profiler(tiny_config, tmp_path)
-
-
-def test_a_worker_killed_by_a_signal_counts_as_out_of_memory(tiny_config, monkeypatch):
-  killed = subprocess.CompletedProcess([], returncode=-9, stdout='', stderr='')
-  monkeypatch.setattr(profile.subprocess, 'run', lambda *args, **kwargs: killed)
-  args = profile.parse_args(['--config', tiny_config])
-  point = profile.profile_point_isolated(args, 'luna16', 64)
-  assert point['status'] == 'oom' and point['model'] == 'luna16' and point['length'] == 64
 
 
 def fabricated_point(model, length, steps_per_s, memory, device_peak=None):
@@ -262,18 +266,16 @@ def test_a_point_too_big_for_the_host_is_skipped_before_it_runs(tiny_config, mon
     state, batch = jax.numpy.ones((1024, 1024)), {'inputs': jax.numpy.ones((1024, 1024))}
     return jax.jit(step, donate_argnums=0), state, batch, jax.random.key(0), 1
 
-  monkeypatch.setattr(profile, 'build_step', tiny_step)
+  monkeypatch.setattr(measure, 'build_step', tiny_step)
   config = profile.point_config(tiny_config, 'luna16', 64, 2, 'float32')
-  point = profile.measure_point(config, warmup=1, repeats=2, fresh_process=False,
-                                host_memory=2**20)
+  point = profile.measure_point(config, warmup=1, repeats=2, host_memory=2**20)
   assert point['status'] == 'skipped' and point['estimated_bytes'] > 2**20
   needed = point['estimated_bytes'] / 2**30
   assert point['reason'] == f'needs {needed:.3g} GiB, host has 0.000977 GiB'
   assert len(ran) == 1  # traced once to compile, never run
   assert profile.describe({'model': 'luna16', 'length': 64, **point}).startswith(
       'luna16 @ 64: skipped, needs ')
-  fits = profile.measure_point(config, warmup=1, repeats=2, fresh_process=False,
-                               host_memory=2**30)
+  fits = profile.measure_point(config, warmup=1, repeats=2, host_memory=2**30)
   assert fits['status'] == 'ok' and len(fits['step_times_s']) == 2
   # Its memory estimate still divides in Table 2; its speed says why it is missing.
   base = fabricated_point('transformer', 64, 1.0, point['estimated_bytes'] * 2)
@@ -307,3 +309,175 @@ def test_flops_only_counts_the_lowered_step_without_compiling(sweep, tiny_config
     # the full-size ListOps Transformer).
     assert point['flops_per_step'] == pytest.approx(compiled[point['model']], rel=0.15)
   assert '| transformer | 128 | not timed | - |' in (tmp_path / 'table2.md').read_text()
+
+
+# ----------------------------------------------------------------------------------------------
+# Accelerators, on this CPU: the platform query faked.
+# ----------------------------------------------------------------------------------------------
+def fake_platform(monkeypatch, platform):
+  """JAX would start on `platform`: the parent's plan says so, and a fresh process reports it."""
+  monkeypatch.setattr(isolate.host_memory, 'planned_platform',
+                      lambda _: 'cpu' if platform == 'cpu' else 'accelerator')
+  monkeypatch.setattr(isolate, 'probe_device_info', lambda: {
+      'platform': platform, 'device_kind': f'fake {platform}', 'jax_version': jax.__version__,
+      'cpu_count': 1})
+
+
+@pytest.mark.parametrize('platform', ['gpu', 'tpu'])
+def test_points_run_in_their_own_process_on_every_accelerator(monkeypatch, platform):
+  fake_platform(monkeypatch, platform)
+  monkeypatch.setattr(isolate, 'device_info', lambda: pytest.fail('the parent started JAX'))
+  device, isolated = isolate.sweep_device(None)
+  assert device['platform'] == platform and isolated
+  assert isolate.sweep_device(True)[1]
+  monkeypatch.setattr(isolate, 'device_info', lambda: {'platform': platform})
+  assert isolate.sweep_device(False) == ({'platform': platform}, False)  # --no-isolate
+
+
+def test_on_the_cpu_points_run_in_process_unless_asked(monkeypatch):
+  fake_platform(monkeypatch, 'cpu')
+  monkeypatch.setattr(isolate, 'probe_device_info', lambda: pytest.fail('probed a CPU'))
+  device, isolated = isolate.sweep_device(None)
+  assert device['platform'] == 'cpu' and not isolated
+  assert isolate.sweep_device(True)[1]
+
+
+def test_the_sweep_sends_each_point_to_a_worker_on_a_faked_tpu(tiny_config, tmp_path,
+                                                                  monkeypatch):
+  fake_platform(monkeypatch, 'tpu')
+  asked = []
+
+  def worker(args, model_name, length):
+    asked.append((model_name, length))
+    return fabricated_point(model_name, length, 1.0, 1000)
+
+  monkeypatch.setattr(isolate, 'profile_point_isolated', worker)
+  monkeypatch.setattr(measure, 'profile_point', lambda *a, **k: pytest.fail('ran in process'))
+  results = profile.main(['--models', 'transformer,luna16', '--lengths', '64', '--config',
+                          tiny_config, '--out_dir', str(tmp_path), '--dtype', 'float16'])
+  assert asked == [('transformer', 64), ('luna16', 64)]
+  assert results['isolated'] and results['device']['platform'] == 'tpu'
+  assert results['worker_environment'] == isolate.worker_memory_settings()
+  assert 'Task text, batch 32, float16, matmul precision default, fake tpu (tpu)' in (
+      tmp_path / 'table2.md').read_text()
+
+
+def test_a_worker_gets_the_whole_device_and_this_checkout(monkeypatch, tmp_path):
+  for name in isolate.WORKER_ENVIRONMENT:
+    monkeypatch.delenv(name, raising=False)
+  monkeypatch.chdir(tmp_path)
+  env = isolate.worker_environment()
+  assert env['XLA_PYTHON_CLIENT_MEM_FRACTION'] == env['XLA_CLIENT_MEM_FRACTION'] == '0.95'
+  paths = env['PYTHONPATH'].split(os.pathsep)
+  assert str(tmp_path) in paths
+  assert lra_luna.CHECKOUT is None or str(lra_luna.CHECKOUT) in paths
+  monkeypatch.setenv('XLA_PYTHON_CLIENT_MEM_FRACTION', '0.5')  # the user's choice is kept
+  assert isolate.worker_memory_settings() == {'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.5'}
+  assert 'XLA_CLIENT_MEM_FRACTION' not in isolate.worker_environment()
+
+
+TRACEBACK = '''W0000 bfc_allocator.cc:310] Allocator (GPU_0_bfc) ran out of memory trying to allocate 9 GiB
+Traceback (most recent call last):
+  File "x.py", line 1, in <module>
+ValueError: a bug
+'''
+XLA_OOM = 'F1125 12:00:00 pjrt.cc:1] Check failed: RESOURCE_EXHAUSTED: Out of memory\nAborted\n'
+
+
+@pytest.mark.parametrize('returncode, stderr, status, error', [
+    (-signal.SIGKILL, '', 'oom', "killed by SIGKILL (the kernel's out-of-memory killer): "),
+    (-signal.SIGABRT, XLA_OOM, 'oom', 'F1125 12:00:00 pjrt.cc:1] Check failed: RESOURCE_'),
+    (-signal.SIGSEGV, 'Fatal Python error: Segmentation fault\n', 'crash',
+     'killed by SIGSEGV: Fatal Python error: Segmentation fault'),
+    # An allocator's warning is no failure: the crash is the ValueError.
+    (1, TRACEBACK, 'crash', 'exit 1: ValueError: a bug'),
+    (2, '', 'crash', 'exit 2'),
+])
+def test_a_dead_worker_is_oom_only_when_memory_ran_out(monkeypatch, tiny_config, returncode,
+                                                       stderr, status, error):
+  died = subprocess.CompletedProcess([], returncode=returncode, stdout='', stderr=stderr)
+  monkeypatch.setattr(isolate.subprocess, 'run', lambda *args, **kwargs: died)
+  args = profile.parse_args(['--config', tiny_config])
+  point = profile.profile_point_isolated(args, 'luna16', 64)
+  assert (point['model'], point['length'], point['status']) == ('luna16', 64, status)
+  assert point['error'].startswith(error)
+
+
+@pytest.mark.parametrize('raised, status, error', [
+    (jax.errors.JaxRuntimeError('RESOURCE_EXHAUSTED: Out of memory while trying to allocate'),
+     'oom', 'JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate'),
+    (ValueError('a bug\nmore lines'), 'crash', 'ValueError: a bug'),
+])
+def test_a_worker_records_its_own_failure(tiny_config, tmp_path, monkeypatch, raised, status,
+                                          error):
+  def fail(config, **kwargs):
+    raise raised
+
+  monkeypatch.setattr(measure, 'measure_point', fail)
+  out = tmp_path / 'point.json'
+  profile.main(['--models', 'luna16', '--lengths', '64', '--config', tiny_config,
+                '--point_output', str(out)])
+  point = json.loads(out.read_text())
+  assert point == {'model': 'luna16', 'length': 64, 'status': status, 'error': error}
+  assert tabulate.describe(point) == f'luna16 @ 64: {tabulate.STATUS_WORDS[status]}, {error}'
+
+
+def test_device_peak_is_the_steps_own_not_the_compiles():
+  gib = 2**30
+  after_compile = {'bytes_limit': 76 * gib, 'bytes_in_use': 2 * gib, 'peak_bytes_in_use': 5 * gib}
+  memory = measure.device_memory(after_compile, {'peak_bytes_in_use': 9 * gib})
+  assert memory == {'device_bytes_limit': 76 * gib, 'device_in_use_after_compile_bytes': 2 * gib,
+                    'device_peak_after_compile_bytes': 5 * gib, 'device_peak_bytes': 9 * gib,
+                    'device_peak_hidden': False}
+  # The steps stayed under what compiling left as the peak: their own peak is not known.
+  hidden = measure.device_memory(after_compile, {'peak_bytes_in_use': 5 * gib})
+  assert hidden['device_peak_bytes'] is None and hidden['device_peak_hidden']
+  assert measure.device_memory({}, {}) == {
+      'device_bytes_limit': None, 'device_in_use_after_compile_bytes': None,
+      'device_peak_after_compile_bytes': None, 'device_peak_bytes': None,
+      'device_peak_hidden': False}
+
+
+def test_crashed_points_are_named_in_every_table(tmp_path):
+  points = [fabricated_point('transformer', 1024, 2.0, 1000),
+            measure.failed_point('luna16', 1024, 'crash', 'exit 1: ValueError: a bug')]
+  results = fabricated_results(points, ['transformer', 'luna16'])
+  results['lengths'] = [1024]
+  assert dict(profile.relative_rows(results))['Luna-16'] == ['crashed', 'crashed']
+  tabulate.write_tables({**results, 'slopes': {'step_s': {}, 'memory': {}}}, tmp_path)
+  table = (tmp_path / 'table2.md').read_text()
+  assert '| luna16 | 1024 | crashed: exit 1: ValueError: a bug |' in table
+  assert all(tables.parse_markdown(table))
+
+
+def test_caption_names_dtype_precision_and_each_rows_attention(tiny_config):
+  args = profile.parse_args(['--config', tiny_config, '--dtype', 'float16'])
+  assert args.dtype == 'float16'
+  config = profile.point_config(tiny_config, 'transformer_fused', 64, 2, args.dtype)
+  assert config.model.dtype == 'float16'
+  config.matmul_precision = 'highest'
+  assert measure.matmul_precision(config) == 'highest'
+  assert measure.attention_implementation(config) == 'softmax, fused'
+  points = [{**fabricated_point(name, 1024, 1.0, 1000), 'matmul_precision': 'highest',
+             'attention_implementation': measure.attention_implementation(
+                 profile.point_config(tiny_config, name, 64, 2, 'float16'))}
+            for name in ('transformer', 'transformer_fused', 'luna16')]
+  results = {**fabricated_results(points, ['transformer', 'transformer_fused', 'luna16']),
+             'dtype': 'float16', 'lengths': [1024], 'slopes': {'step_s': {}, 'memory': {}}}
+  caption = tabulate.table2(results).caption
+  assert 'float16, matmul precision highest,' in caption
+  assert ('Attention per row: Transformer softmax, vanilla; Transformer (fused) softmax, fused; '
+          'Luna-16 luna.') in caption
+
+
+def test_an_isolated_point_runs_in_a_worker_with_the_same_estimate(sweep, tiny_config, tmp_path):
+  """--isolate for real: a fresh `python -m lra_luna.profile` worker per point, which gets the
+  whole device and reports the same compiled step as the in-process sweep."""
+  results = profile.main(['--models', 'transformer', '--lengths', '64', '--batch_size', '2',
+                          '--config', tiny_config, '--out_dir', str(tmp_path), '--repeats', '1',
+                          '--warmup', '0', '--isolate'])
+  [point] = results['points']
+  in_process = next(p for p in sweep[0]['points'] if (p['model'], p['length']) == ('transformer', 64))
+  assert results['isolated'] and point['status'] == 'ok' and point['steps_per_s'] > 0
+  assert point['estimated_bytes'] == in_process['estimated_bytes']
+  assert results['worker_environment']['XLA_PYTHON_CLIENT_MEM_FRACTION']

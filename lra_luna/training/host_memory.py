@@ -1,8 +1,13 @@
 """glibc's allocator told to keep freed blocks in the process, for steps that allocate the same
-large buffers at every call. No JAX here: the PyTorch workers of benchmarks/peers.py call it too,
-so that every side of a comparison runs with the same allocator setting."""
+large buffers at every call, and the platform JAX will start on, decided without starting it
+(the CPU settings are for the CPU only). No JAX here: the PyTorch workers of benchmarks/peers.py
+call it too, so that every side of a comparison runs with the same allocator setting."""
 
 import ctypes
+import importlib.metadata
+import importlib.util
+import os
+import pkgutil
 import sys
 
 # glibc's mallopt parameters (malloc.h).
@@ -22,3 +27,33 @@ def keep_freed_blocks_in_heap() -> None:
   if mallopt is not None:
     mallopt(M_MMAP_THRESHOLD, NO_LIMIT)
     mallopt(M_TRIM_THRESHOLD, NO_LIMIT)
+
+
+# JAX_PLATFORMS names -> the platform their devices report.
+PLATFORM_ALIASES = {'cuda': 'gpu', 'rocm': 'gpu'}
+
+
+def accelerator_plugins() -> list[str]:
+  """The accelerator back ends installed for JAX, found as JAX finds them but without loading
+  them: modules of the `jax_plugins` namespace (jax-cuda12-plugin, ...), the `jax_plugins`
+  entry points, and libtpu (the TPU back end)."""
+  found = []
+  if importlib.util.find_spec('jax_plugins') is not None:
+    import jax_plugins  # pylint: disable=g-import-not-at-top  # a namespace package: no code
+    found += [name for _, name, _ in pkgutil.iter_modules(jax_plugins.__path__)]
+  found += [entry.name for entry in importlib.metadata.entry_points(group='jax_plugins')]
+  if importlib.util.find_spec('libtpu') is not None or os.environ.get('TPU_LIBRARY_PATH'):
+    found.append('libtpu')
+  return sorted(set(found))
+
+
+def planned_platform(jax_platforms: str | None) -> str:
+  """The platform JAX's default backend will be, decided without starting any backend (so that
+  no process claims a GPU to find out): the first entry of `jax_platforms` (jax.config's
+  jax_platforms, which JAX_PLATFORMS sets) where it is set ('cuda' and 'rocm' are 'gpu');
+  else 'cpu' where no accelerator back end is installed (accelerator_plugins); else
+  'accelerator', unknown until a backend starts (one may be there)."""
+  first = (jax_platforms or '').split(',')[0].strip().lower()
+  if first:
+    return PLATFORM_ALIASES.get(first, first)
+  return 'accelerator' if accelerator_plugins() else 'cpu'

@@ -167,9 +167,15 @@ def maybe_initialize_distributed():
     jax.distributed.initialize()
 
 
-def reuse_freed_host_memory() -> None:
-  """Keeps freed host blocks in the process for the next allocation, whatever their size. Call
-  it before JAX starts its backend (the dispatch setting below is read then).
+def reuse_freed_host_memory() -> bool:
+  """On a CPU, keeps freed host blocks in the process for the next allocation, whatever their
+  size; whether it did. Call it before JAX starts its backend (the dispatch setting below is read
+  then).
+
+  CPU only: the platform is host_memory.planned_platform's, decided without starting a backend
+  (JAX_PLATFORMS / jax.config.jax_platforms where set, else 'cpu' only where no GPU or TPU back
+  end is installed), so a parent process never claims an accelerator to decide. On a GPU or TPU
+  nothing changes: the host's allocator and JAX's asynchronous dispatch are left as they are.
 
   XLA:CPU allocates a step's temporary buffers afresh at every call (52 MB for ListOps quick,
   1.26 GB for Luna-16 at 2K tokens and batch 8), and glibc maps a block that big from the
@@ -184,11 +190,13 @@ def reuse_freed_host_memory() -> None:
   is that the loop's host work no longer overlaps the step: on the quick ListOps run, whose 52 MB
   fitted a thread's heap anyway, 21.9-27.1 steps/s against 24.6-28.2 (three runs each, idle
   machine); Luna-16's Text step at 2K tokens, batch 8, runs 1.35x faster.
-  Linux with glibc only (elsewhere nothing happens); on a GPU the dispatch flag does nothing and
-  only host blocks are kept.
+  Linux with glibc only (elsewhere the allocator is left as it is).
   """
+  if host_memory.planned_platform(jax.config.jax_platforms) != 'cpu':
+    return False
   jax.config.update('jax_cpu_enable_async_dispatch', False)  # Read when the backend starts.
   host_memory.keep_freed_blocks_in_heap()
+  return True
 
 
 def make_mesh():
