@@ -11,7 +11,8 @@ Quick (2-core CPU, a minute with a Luna model; 400 images generated under
 so run the transformer's quick variant on a GPU):
   python run_lra.py --config configs/pathx.py:luna16,quick --workdir runs/pathx_luna16_quick
 Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick
-(paper is refused: the Luna authors released no Path-X run).
+(paper: refused for the Luna protocol, whose authors released no Path-X run; `s4d,paper` is the
+S4 authors' Path-X run, lra_luna/protocols.py).
 """
 
 import ml_collections
@@ -62,7 +63,8 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   config_lib.set_model(c, arg.model)
 
   if arg.paper:
-    # Refused in one line naming the tasks that have one: the authors released no Path-X run.
+    # The model's own paper's protocol: S4D's has a Path-X run; the Luna protocol is refused in
+    # one line naming the tasks that have one (the Luna authors released no Path-X run).
     protocols.use_authors_protocol(c)
 
   if arg.quick:
