@@ -5,19 +5,34 @@ Any config field can be overridden: --config.seed=3 --config.model.head=mean_p
 --config.data_dir=/data/lra. Rerunning the same command on the same workdir resumes.
 """
 
-import json
+import os
 import shlex
 import signal
 import sys
 
-from absl import app
-from absl import flags
-from absl import logging
 
-from lra_luna import config_lib
-from lra_luna.training import run_folder
-from lra_luna.training import steps
-from lra_luna.training import train
+def stopped_while_loading(signum, frame):
+  """SIGINT / SIGTERM while the libraries load (before main): one line, nothing has run yet."""
+  del frame
+  sys.stderr.write(f'{signal.Signals(signum).name}: stopped while loading, before anything ran; '
+                   f'start again with: python {shlex.join(sys.argv)}\n')
+  os._exit(128 + signum)  # pylint: disable=protected-access
+
+
+if __name__ == '__main__':
+  for _signal in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_signal, stopped_while_loading)
+
+import json  # noqa: E402  (after the handlers: loading JAX takes seconds)
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+
+from lra_luna import config_lib  # noqa: E402
+from lra_luna.training import run_folder  # noqa: E402
+from lra_luna.training import steps  # noqa: E402
+from lra_luna.training import train  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', None, 'configs/<task>.py:<words>: a model (luna16, transformer, '
@@ -47,27 +62,35 @@ def parse_flags(argv):
   return remaining
 
 
+def stop_at_once(signum, frame):
+  """Until training's own handlers take over: a signal stops where the program is."""
+  del frame
+  raise train.StopRequested(signal.Signals(signum).name)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO; --verbosity=0 shows it.
-  steps.maybe_initialize_distributed()
+  resume = f'resume with: python {shlex.join(sys.argv)}'
   try:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+      signal.signal(signum, stop_at_once)
+    steps.maybe_initialize_distributed()
     results = train.train_and_evaluate(CONFIG, FLAGS.workdir, overwrite=FLAGS.overwrite)
   except (ValueError, run_folder.TrainingError) as e:
     # Bad input gets one clear message, not a traceback.
     sys.exit(f'error: {e}')
-  except train.Interrupted as e:  # SIGINT / SIGTERM: saved, one line on how to go on.
-    saved = (f'checkpoint saved at step {e.saved_step}' if e.saved_step is not None
-             else 'no checkpoint (no step finished)')
-    print(f'{e.signal_name}: stopped at step {e.step} of {CONFIG.num_train_steps}, {saved}; '
-          f'resume with: python {shlex.join(sys.argv)}', file=sys.stderr)
+  except train.Interrupted as e:  # SIGINT / SIGTERM: what ran, what is saved, how to go on.
+    print(f'{e}; {resume}', file=sys.stderr)
     sys.exit(128 + getattr(signal, e.signal_name))
-  except KeyboardInterrupt:  # Before training started (data, compile): nothing to save.
-    print('SIGINT: stopped before training started; nothing saved. Rerun the same command to '
-          'start again.', file=sys.stderr)
-    sys.exit(128 + signal.SIGINT)
+  except KeyboardInterrupt as e:  # Outside training's handlers: while starting.
+    name = getattr(e, 'signal_name', 'SIGINT')
+    latest = run_folder.saved_step(FLAGS.workdir, 'latest')
+    saved = 'no checkpoint saved yet' if latest is None else f'latest checkpoint at step {latest}'
+    print(f'{name}: stopped while starting, {saved}; {resume}', file=sys.stderr)
+    sys.exit(128 + getattr(signal, name))
   except OSError as e:
     if FLAGS.verbosity >= 1:
       raise

@@ -4,19 +4,20 @@
   python data/generate_listops.py --out_dir /tmp/lo --num_train 2000 --seed 1
 """
 
-import argparse
 import pathlib
 import sys
 
 # Run as a plain script from the repo root: make `lra_luna` importable without installing it.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from lra_luna import cli  # noqa: E402
 from lra_luna.datasets import base  # noqa: E402
 from lra_luna.datasets import listops  # noqa: E402
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(prog='python data/generate_listops.py',
+                              description=__doc__.splitlines()[0])
   parser.add_argument('--out_dir', default=None,
                       help='output folder (default: <data root>/listops-generated, data root from '
                            f'${base.DATA_DIR_ENV} or {base.DEFAULT_DATA_ROOT})')

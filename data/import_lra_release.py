@@ -14,7 +14,6 @@ folders, so the readers' caches are written to the data root, never into the rel
 entries in the data root are left alone.
 """
 
-import argparse
 import os
 import pathlib
 import shutil
@@ -23,6 +22,7 @@ import sys
 # Run as a plain script from the repo root: make `lra_luna` importable without installing it.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from lra_luna import cli  # noqa: E402
 from lra_luna.datasets import base  # noqa: E402
 from lra_luna.datasets import pathfinder_generator  # noqa: E402
 
@@ -117,7 +117,8 @@ def import_release(release, data_root, *, copy: bool = False, tasks=tuple(LAYOUT
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.ArgumentParser(prog='python data/import_lra_release.py',
+                              description=__doc__.splitlines()[0])
   parser.add_argument('release', help='the unpacked lra_release folder')
   parser.add_argument('--data_dir', default='',
                       help=f'data root (default: ${base.DATA_DIR_ENV} or {base.DEFAULT_DATA_ROOT})')

@@ -39,7 +39,11 @@ WORDS = {
     'model': 'luna16',  # a MODELS preset
     'quick': False,     # a small task and model that a 2-core CPU trains in minutes
     'paper': False,     # the Luna authors' protocol instead of LRA's (lra_luna/protocols.py)
+    'smoke': False,     # a smoke test: full shapes, SMOKE_STEPS steps, SMOKE_EVAL_BATCHES batches
 }
+# The smoke word (use_smoke_settings): steps trained, and batches per evaluation pass.
+SMOKE_STEPS = 20
+SMOKE_EVAL_BATCHES = 2
 
 
 def parse_arg(arg: str | None, **defaults) -> types.SimpleNamespace:
@@ -102,7 +106,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval_batch_size = 0             # global evaluation batch, last batch padded and masked (*)
   c.num_train_steps = 0             # optimizer steps (*)
   c.warmup_steps = 0                # linear warmup steps of the schedule (*)
-  c.schedule = ''                   # 'rsqrt': warmup then lr*sqrt(w/s); 'cosine': to 0 (*)
+  c.schedule = ''                   # 'rsqrt': warmup then lr*sqrt(w/s); 'cosine', 'linear': to 0 (*)
   c.learning_rate = 0.0             # peak learning rate, at the end of warmup (*)
   c.weight_decay = 0.0              # AdamW decoupled weight decay (times the lr); 0 = none
   # > 0: an SSM's A and dt (models/s4d.py SSM_PARAMETERS) train at this peak rate (same schedule)
@@ -117,6 +121,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.checkpoint_every = 0            # steps between checkpoints (*)
   c.max_eval_batches = 0            # 0 = whole split; >0 caps validation batches (debugging only)
   c.progress_bar = True             # stderr progress: a bar on a terminal, else lines; off if $CI
+  c.smoke = False                   # a smoke test (the word smoke): results and reports say so
   # The model: every field of ModelConfig with its default (models/model_config.py says what
   # each one is and checks it).
   c.model = dataclasses.asdict(model_config.ModelConfig())
@@ -245,7 +250,8 @@ def config_spec_path(spec: str) -> pathlib.Path:
   if not path.is_absolute() and str(path.parent) in ('.', 'configs'):
     if (CONFIG_DIR / path.name).is_file():
       return CONFIG_DIR / path.name
-    tried.append(str(CONFIG_DIR / path.name))
+    if str(CONFIG_DIR / path.name) not in tried:  # run from the checkout: the same path
+      tried.append(str(CONFIG_DIR / path.name))
   choices = ', '.join(f'configs/{p.name}' for p in sorted(CONFIG_DIR.glob('*.py')))
   raise ValueError(f'config file {path} not found (tried {" and ".join(tried)}); the task '
                    f'configs are {choices} (in {CONFIG_DIR}).')

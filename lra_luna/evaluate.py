@@ -22,6 +22,7 @@ import ml_collections
 from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec
 
+from lra_luna import cli
 from lra_luna import config_lib
 from lra_luna import datasets
 from lra_luna.training import checkpoints
@@ -96,8 +97,8 @@ def evaluate_workdir(workdir, wanted=None) -> dict:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(prog='python -m lra_luna.evaluate', description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog='python -m lra_luna.evaluate', description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('workdir', help='a run_lra.py workdir')
   parser.add_argument('--checkpoint', choices=list(run_folder.CHECKPOINT_FOLDERS), default=None,
                       help='evaluate only this checkpoint (default: best and last)')

@@ -38,6 +38,7 @@ from absl import logging
 from flax import nnx
 from PIL import Image
 
+from lra_luna import cli
 from lra_luna import datasets
 from lra_luna import evaluate
 from lra_luna.datasets import base
@@ -202,8 +203,8 @@ def load_predictor(workdir, checkpoint: str = 'best') -> Predictor:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(prog='python -m lra_luna.predict', description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog='python -m lra_luna.predict', description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('workdir', help='a run_lra.py workdir')
   parser.add_argument('inputs', nargs='+', metavar='INPUT',
                       help='expressions, texts, text pairs (two INPUTs each) or image files')

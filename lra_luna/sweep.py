@@ -30,6 +30,9 @@ import traceback
 
 from absl import logging
 
+from lra_luna import cli
+from lra_luna import console
+from lra_luna import learning_curves
 from lra_luna import config_lib
 from lra_luna.models import model_config
 from lra_luna.training import run_folder
@@ -157,12 +160,31 @@ def run_vmapped(runs: list[Run]) -> list[tuple]:
   return failures
 
 
+def write_learning_curves(runs: list[Run]) -> None:
+  """learning_curves.png of each (task, model, head) folder of the sweep, its seeds overlaid
+  (the runs that have metrics); a failure to plot is a warning."""
+  groups = {}
+  for run in runs:
+    groups.setdefault(run.workdir.parent, []).append(run)
+  for folder, group in groups.items():
+    if not any((run.workdir / run_folder.METRICS_FILE).exists() for run in group):
+      continue
+    path = folder / run_folder.LEARNING_CURVES_FILE
+    try:
+      learning_curves.plot([run.workdir for run in group], path,
+                           title=group[0].name.rsplit('/', 1)[0],
+                           labels=[f'seed {run.seed}' for run in group])
+    except Exception as e:  # pylint: disable=broad-except  (a plot never costs the sweep)
+      console.say(f'warning: {path} not written: {type(e).__name__}: {e}', err=True)
+
+
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(prog='python -m lra_luna.sweep', description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog='python -m lra_luna.sweep', description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--config', action='append', required=True,
                       help='configs/<task>.py:<model>[,quick]; repeat for several')
-  parser.add_argument('--seeds', default='0,1,2,3,4', help='comma-separated training seeds')
+  parser.add_argument('--seeds', type=cli.int_list, default='0,1,2,3,4',
+                      help='comma-separated training seeds')
   parser.add_argument('--heads', default='',
                       help="comma-separated heads (cls, mean, mean_p); default: the config's")
   parser.add_argument('--mode', choices=('sequential', 'vmap'), default='sequential')
@@ -172,12 +194,15 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
 
   try:
-    seeds = [int(s) for s in args.seeds.split(',')]
     heads = [h for h in args.heads.split(',') if h]
-    runs = plan(args.config, seeds, heads, args.override, args.sweep_dir)
+    runs = plan(args.config, args.seeds, heads, args.override, args.sweep_dir)
     todo = [run for run in runs if not finished(run)]
-    print(f'{len(runs)} runs: {len(runs) - len(todo)} finished before, {len(todo)} to run.',
-          flush=True)
+    for run in runs:
+      if run not in todo:
+        results = run.workdir / run_folder.RESULTS_FILE
+        console.say(f'{run.name}: nothing to do: {run.workdir} finished '
+                    f'{run.config.num_train_steps} steps; results in {results}')
+    console.say(f'{len(runs)} runs: {len(runs) - len(todo)} finished before, {len(todo)} to run.')
     if args.mode == 'vmap':
       logging.set_verbosity(logging.WARNING)  # As run_lra: orbax logs every save at INFO.
       failures = run_vmapped(todo)
@@ -187,6 +212,7 @@ def main(argv=None) -> int:
     print(f'error: {e}', file=sys.stderr)
     return 2
 
+  write_learning_curves(runs)
   if failures:
     print(f'{len(failures)} of {len(todo)} runs failed:', file=sys.stderr)
     for run, reason in failures:

@@ -35,6 +35,7 @@ SLOW = {
     'test_protocols': {'test_authors_retrieval_head_is_one_hidden_layer_on_second_then_first'},
     'test_install': {'test_run_lra_finds_configs_from_another_folder'},
     'test_train': None,
+    'test_output': {'test_tensorflow_start_up_lines_are_silenced'},
     'test_s4d': {'test_jit_equals_eager_and_bfloat16_runs', 'test_padding_changes_no_real_output',
                  'test_ssm_parameters_get_their_own_rate_and_no_weight_decay'},
     'test_export': {'test_every_models_steps_export_for_cuda_and_tpu'},

@@ -87,6 +87,8 @@ def test_training_lowers_loss_and_writes_results(data_dir, tmp_path, model):
   assert rows[-1]['train_loss'] < rows[0]['train_loss']
   assert all('steps_per_s' in r and 'grad_norm' in r for r in rows)
   assert list((tmp_path / 'run' / 'tb').iterdir())  # TensorBoard events
+  curves = tmp_path / 'run' / run_folder.LEARNING_CURVES_FILE
+  assert curves.read_bytes().startswith(b'\x89PNG')
   assert json.loads((tmp_path / 'run' / 'config.json').read_text())['model_name'] == model
 
 
@@ -132,6 +134,7 @@ def test_kill_and_resume_matches_uninterrupted_run(data_dir, reference_run, tmp_
   while time.time() < deadline and not (latest.exists() and any(
       p.name.isdigit() for p in latest.iterdir())):
     time.sleep(0.05)
+  assert run_folder.saved_step(tmp_path / 'killed', 'latest') is not None  # killed after a save
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   assert not (tmp_path / 'killed' / 'results.json').exists()
@@ -316,6 +319,7 @@ def test_second_interrupt_stops_at_once():
 import os, signal, time
 from lra_luna.training.train import StopSignals
 with StopSignals() as stop:
+  stop.enter('train', immediate=False)  # a phase that stops at its next safe point
   os.kill(os.getpid(), signal.SIGINT)
   time.sleep(0.2)
   print(stop.signal_name, flush=True)
@@ -447,3 +451,146 @@ def test_progress_lines_show_the_logged_loss_and_leave_out_the_compile(tmp_path,
   assert match, line
   assert match[1] == f'{row["train_loss"]:.4f}'
   assert float(match[2]) > 20 and row['steps_per_s'] > 20  # 9 steps in far less than 1 s
+
+
+def count_evaluations(monkeypatch) -> list:
+  """Patches the evaluator so that every evaluation pass appends its split's size."""
+  passes = []
+  real = steps.make_evaluator
+
+  def counting_evaluator(config, graphdef, mesh):
+    evaluate = real(config, graphdef, mesh)
+
+    def counted(state, arrays, on_batch=None):
+      passes.append(len(arrays['targets']))
+      return evaluate(state, arrays, on_batch)
+    return counted
+
+  monkeypatch.setattr(steps, 'make_evaluator', counting_evaluator)
+  return passes
+
+
+def test_final_results_evaluate_each_checkpoint_once(data_dir, tmp_path, monkeypatch):
+  """Best = last (one validation, at the end): the loop's validation and one test pass, reused
+  for both sections, with the numbers a fresh evaluation of the checkpoint gives."""
+  passes = count_evaluations(monkeypatch)
+  config = tiny_config(data_dir, num_train_steps=10, eval_every=10, checkpoint_every=10)
+  results = train.train_and_evaluate(config, tmp_path / 'run')
+  assert len(passes) == 2  # validation at step 10, then the test split once
+  assert results['best'] == results['last'] and results['last']['step'] == 10
+  from lra_luna import evaluate  # pylint: disable=g-import-not-at-top
+  fresh = evaluate.evaluate_workdir(tmp_path / 'run')
+  assert fresh['last'] == results['last'] and fresh['best'] == results['best']
+
+
+def test_distinct_best_and_last_are_each_tested_once(data_dir, tmp_path, monkeypatch):
+  passes = count_evaluations(monkeypatch)
+  config = tiny_config(data_dir, num_train_steps=40, eval_every=5, checkpoint_every=5,
+                       learning_rate=0.3, schedule='cosine', warmup_steps=20)
+  results = train.train_and_evaluate(config, tmp_path / 'run')
+  assert results['best']['step'] < 40
+  assert len(passes) == 8 + 2  # 8 validations in the loop, a test pass per checkpoint
+
+
+def test_rerunning_a_finished_run_does_nothing(data_dir, tmp_path, monkeypatch, capsys):
+  config = tiny_config(data_dir, num_train_steps=5)
+  results = train.train_and_evaluate(config, tmp_path / 'run')
+  (tmp_path / 'run' / run_folder.LEARNING_CURVES_FILE).unlink()
+  monkeypatch.setattr(train.datasets, 'load_task', None)  # nothing may load data again
+  capsys.readouterr()
+  again = train.train_and_evaluate(config, tmp_path / 'run')
+  assert again == json.loads(json.dumps(results))
+  assert capsys.readouterr().out == (f'nothing to do: {tmp_path / "run"} finished 5 steps; '
+                                     f'results in {tmp_path / "run" / "results.json"}\n')
+  assert (tmp_path / 'run' / run_folder.LEARNING_CURVES_FILE).exists()  # an older run gets it
+
+
+def test_smoke_word_keeps_the_shapes_and_shortens_the_run():
+  from lra_luna import config_lib  # pylint: disable=g-import-not-at-top
+  full = config_lib.load_config('configs/listops.py:luna16,paper')
+  smoke = config_lib.load_config('configs/listops.py:luna16,paper,smoke')
+  assert smoke.smoke and not full.smoke
+  differing = {k for k, v in config_lib.flatten(smoke).items() if config_lib.flatten(full)[k] != v}
+  assert differing - {'preset'} == {'smoke', 'num_train_steps', 'eval_every', 'checkpoint_every', 'log_every',
+                       'max_eval_batches', 'dataset_name', 'listops.num_train',
+                       'listops.num_val', 'listops.num_test'}
+  assert (smoke.num_train_steps, smoke.eval_every, smoke.max_eval_batches) == (20, 20, 2)
+  # The generated set holds the examples the test reads, in a folder of its own.
+  assert smoke.listops.num_train == 20 * smoke.batch_size
+  assert smoke.listops.num_val == smoke.listops.num_test == 2 * smoke.eval_batch_size
+  assert smoke.dataset_name == full.dataset_name + '-smoke'
+  # Every task config honours it; an explicit override still wins.
+  for task in ('text', 'retrieval', 'image', 'pathfinder', 'pathx'):
+    assert config_lib.load_config(f'configs/{task}.py:luna16,smoke').num_train_steps == 20
+  pathfinder = config_lib.load_config('configs/pathfinder.py:luna16,smoke')
+  assert pathfinder.pathfinder.num_images * 8 // 10 >= 20 * pathfinder.batch_size
+  assert config_lib.load_config('configs/listops.py:luna16,smoke',
+                                ['--config.num_train_steps=7']).num_train_steps == 7
+
+
+def test_smoke_run_is_marked_in_results(tmp_path):
+  from lra_luna import config_lib  # pylint: disable=g-import-not-at-top
+  tiny_model = [f'--config.{k}={v}' for k, v in TINY.items() if k.startswith('model.')]
+  config = config_lib.load_config('configs/listops.py:luna16,quick,smoke',
+                                  [f'--config.data_dir={tmp_path / "data"}', *tiny_model])
+  results = train.train_and_evaluate(config, tmp_path / 'run')
+  assert results['steps'] == 20 and results['last']['test_examples'] == 2 * config.eval_batch_size
+  assert 'smoke test' in results['data']['smoke']
+  assert results['data']['path'].endswith('listops-quick-smoke')
+  assert results['data']['examples'] == {'train': 20 * 64, 'validation': 500, 'test': 500}
+
+
+# Each phase with the signal sent there and the line it must give (after the signal's name).
+PHASE_LINES = {
+    'data': (signal.SIGTERM, r'stopped while reading the data, no checkpoint saved yet'),
+    'model': (signal.SIGINT, r'stopped while building the model and restoring its checkpoint, '
+                             r'no checkpoint saved yet'),
+    'compile': (signal.SIGTERM, r'stopped at step 0 of 40, no checkpoint \(no step finished\)'),
+    'validate': (signal.SIGINT, r'stopped during the validation at step 10 of 40, checkpoint '
+                                r'saved at step 10 \(its validation runs again on resume\)'),
+    'checkpoint': (signal.SIGTERM, r'stopped at step 10 of 40, checkpoint saved at step 10'),
+    'final': (signal.SIGINT, r'stopped during the final evaluation \(training finished at step '
+                             r'40\), latest checkpoint at step 40, best at step \d+; '
+                             r'results.json not written'),
+}
+
+
+@pytest.mark.parametrize('phase', list(PHASE_LINES))
+def test_a_signal_in_each_phase_gives_one_true_line_and_resumes(data_dir, reference_run,
+                                                                tmp_path, phase):
+  """The run waits in `phase` (LRA_LUNA_PAUSE_IN) for the signal: exit 128 + signal, one line
+  (what ran, what is saved, the command), no traceback; the same command then finishes as the
+  uninterrupted run, and once more says there is nothing to do."""
+  signum, expected = PHASE_LINES[phase]
+  workdir = tmp_path / 'run'
+  command = cli_args(data_dir, workdir, num_train_steps=40)
+  proc = subprocess.Popen(command, env=run_env(LRA_LUNA_PAUSE_IN=phase),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  for line in proc.stderr:
+    if line.startswith(f'pausing in phase {phase}'):
+      break
+  proc.send_signal(signum)
+  stderr = proc.stderr.read()
+  assert proc.wait(timeout=120) == 128 + signum, stderr
+  assert 'Traceback' not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+  name = signal.Signals(signum).name
+  match = re.fullmatch(rf'{name}: {expected}; resume with: python (.*)', stderr.strip())
+  assert match, stderr
+  assert shlex.split(match[1]) == command[1:]
+  if phase in ('data', 'model', 'compile'):
+    assert run_folder.saved_step(workdir, 'latest') is None
+    return  # Nothing saved: the rerun is a fresh start, as the other tests run it.
+  if phase == 'checkpoint':
+    assert run_folder.saved_step(workdir, 'latest') == 10
+    return  # Resuming from a step's checkpoint: test_interrupt_saves_the_current_step_...
+  subprocess.run(command, env=run_env(), check=True, capture_output=True)
+  assert (json.loads((workdir / 'results.json').read_text())
+          == json.loads((reference_run / 'results.json').read_text()))
+  val_steps = [r['step'] for r in run_folder.read_jsonl(workdir / 'metrics.jsonl')
+               if 'val_accuracy' in r]
+  assert val_steps == [10, 20, 30, 40]  # the interrupted validation ran once, on resume
+  if phase != 'final':
+    return
+  again = subprocess.run(command, env=run_env(), check=True, capture_output=True, text=True)
+  assert again.stdout.startswith(f'nothing to do: {workdir} finished 40 steps; results in '
+                                 f'{workdir / "results.json"}\n')

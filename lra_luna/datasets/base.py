@@ -9,6 +9,7 @@ import tempfile
 import numpy as np
 
 import lra_luna
+from lra_luna import console
 
 # Where datasets live unless `--config.data_dir` or $LRA_DATA_DIR says otherwise (ignored by git).
 # data/store/ of the checkout; an installed package (no checkout) keeps it in the user's cache.
@@ -124,8 +125,8 @@ def cached_split_arrays(cache_path: pathlib.Path, build, sources=()) -> tuple[di
             split, name = key.split('/', 1)
             splits.setdefault(split, {})[name] = flat[key]
         return splits, json.loads(str(flat[INFO_KEY]))
-    print(f'{cache_path} was built from other source files (they changed since, or it predates '
-          'source fingerprints); rebuilding it.', flush=True)
+    console.say(f'{cache_path} was built from other source files (they changed since, or it '
+                'predates source fingerprints); rebuilding it.')
   splits, info = build()
   save_arrays_atomically(
       cache_path, {SOURCES_KEY: np.array(fingerprint), INFO_KEY: np.array(json.dumps(info)),
@@ -145,7 +146,7 @@ def check_truncation(config, truncated: dict, examples: dict, what: str) -> None
   if not any(truncated.values()):
     return
   counts = ', '.join(f'{split} {truncated[split]} of {examples[split]}' for split in truncated)
-  print(f'{what}: cut to max_length {config.max_length}: {counts}.', flush=True)
+  console.say(f'{what}: cut to max_length {config.max_length}: {counts}.')
   limit = config.max_truncated_fraction
   for split, count in truncated.items():
     if count > limit * examples[split]:

@@ -9,8 +9,8 @@ import os
 import pathlib
 
 import numpy as np
-import tqdm
 
+from lra_luna import console
 from lra_luna.datasets import base
 
 PAD = '<pad>'
@@ -183,7 +183,7 @@ def generate_listops(out_dir, *, num_train: int = 96000, num_val: int = 2000,
   total = num_train + num_val + num_test
   seen = set()
   rows = []
-  with tqdm.tqdm(total=total, desc='ListOps examples', unit='ex', disable=not progress) as bar:
+  with console.Progress(total, 'ListOps examples', 'ex', enabled=progress) as bar:
     while len(rows) < total:
       tree = sample()
       if tree is None:
@@ -303,8 +303,7 @@ def _generated_folder(config, root: pathlib.Path) -> tuple[pathlib.Path, bool]:
   settings = generator_settings(config)
   present = [name for name in SPLIT_FILES.values() if (folder / name).exists()]
   if not present:
-    print(f'ListOps: no data in {folder}; generating it (docs/data.md) with {settings}.',
-          flush=True)
+    console.say(f'ListOps: no data in {folder}; generating it (docs/data.md) with {settings}.')
     base.make_folder(folder)
     generate_listops(folder, progress=True, **settings)
     return folder, True
@@ -371,9 +370,9 @@ def load_listops(config) -> base.TaskData:
   examples = base.example_counts(splits)
   base.check_truncation(config, info['truncated'], examples, f'ListOps ({folder})')
   # Say whether this run made the data or only read it (made earlier, or the release).
-  print(f'ListOps: data generated now in {folder}.' if made_now else
-        f'ListOps: read {"previously generated" if source == "generated" else "release"} data '
-        f'from {folder}.', flush=True)
+  console.say(f'ListOps: data generated now in {folder}.' if made_now else
+              f'ListOps: read {"previously generated" if source == "generated" else "release"} '
+              f'data from {folder}.')
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
                        max_length=config.max_length,
                        source={**description, 'examples': examples, **info})

@@ -10,8 +10,7 @@ import pathlib
 
 import numpy as np
 from PIL import Image
-import tqdm
-
+from lra_luna import console
 from lra_luna.datasets import base
 from lra_luna.datasets import pathfinder_generator as generator
 
@@ -149,20 +148,22 @@ def read_pathfinder(root, resolution: int, difficulty: str, *, skip_bad_images: 
   targets = np.empty(len(rows), np.int32)
   skipped = []
   count = 0
-  for metadata_path, line_number, relative, label in tqdm.tqdm(
-      rows, desc=f'Reading pathfinder{resolution} {difficulty}', unit='img', disable=not progress):
-    image_path = folder / relative
-    try:
-      inputs[count] = _decode(image_path, resolution)
-    except _Unusable as e:
-      if not skip_bad_images:
-        raise base.DataError(f'{image_path} ({metadata_path}, line {line_number}): image is '
-                             f'{e}. Pass skip_bad_images (config.pathfinder.skip_bad_images) to '
-                             f'leave such images out.') from None
-      skipped.append((str(image_path), str(e)))
-      continue
-    targets[count] = label
-    count += 1
+  with console.Progress(len(rows), f'Reading pathfinder{resolution} {difficulty}', 'img',
+                        enabled=progress) as bar:
+    for metadata_path, line_number, relative, label in rows:
+      bar.update(1)
+      image_path = folder / relative
+      try:
+        inputs[count] = _decode(image_path, resolution)
+      except _Unusable as e:
+        if not skip_bad_images:
+          raise base.DataError(f'{image_path} ({metadata_path}, line {line_number}): image is '
+                               f'{e}. Pass skip_bad_images (config.pathfinder.skip_bad_images) to '
+                               f'leave such images out.') from None
+        skipped.append((str(image_path), str(e)))
+        continue
+      targets[count] = label
+      count += 1
   if skipped:
     _log.warning('Pathfinder: skipped %d bad image(s) of %d in %s: %s', len(skipped), len(rows),
                  folder, '; '.join(f'{path} ({why})' for path, why in skipped[:5]))
@@ -232,8 +233,8 @@ def _generated_folder(root: pathlib.Path, config) -> tuple[pathlib.Path, bool]:
     raise base.DataError(f'{folder} holds {state}. Generate it with `{command}`, or point '
                          f'--config.data_dir at a root holding the LRA release\'s '
                          f'pathfinder{resolution}/ and use --config.data_source=release.')
-  print(f'Pathfinder: {"resuming the generation" if record else "generating"} in {folder} '
-        f'(docs/data.md) with {wanted}.', flush=True)
+  console.say(f'Pathfinder: {"resuming the generation" if record else "generating"} in '
+              f'{folder} (docs/data.md) with {wanted}.')
   base.make_folder(set_root)
   generator.generate_pathfinder(set_root, resolution=resolution, difficulty=difficulty,
                                 progress=True, **wanted)
@@ -283,9 +284,9 @@ def load_pathfinder(config) -> base.TaskData:
   splits, info = base.cached_split_arrays(folder / 'cache.npz', build, sources=[folder])
   examples = base.example_counts(splits)
   # Say whether this run made the data or only read it (made earlier, or the release).
-  print(f'Pathfinder: data generated now in {folder}.' if made_now else
-        f'Pathfinder: read {"previously generated" if source == "generated" else "release"} '
-        f'data from {folder}.', flush=True)
+  console.say(f'Pathfinder: data generated now in {folder}.' if made_now else
+              f'Pathfinder: read {"previously generated" if source == "generated" else "release"} '
+              f'data from {folder}.')
   return base.TaskData(splits=splits, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES,
                        max_length=resolution * resolution,
                        source={**description, 'examples': examples, **info})

@@ -40,8 +40,7 @@ import tempfile
 
 import numpy as np
 from PIL import Image
-import tqdm
-
+from lra_luna import console
 from lra_luna.datasets import base
 
 DIFFICULTY_FOLDERS = {'easy': 'curv_baseline', 'intermediate': 'curv_contour_length_9',
@@ -508,9 +507,8 @@ def generate_pathfinder(out_root, *, resolution: int = 32, difficulty: str = 'ha
   todo = missing_batches(folder, record)
   workers = min(num_workers or os.cpu_count() or 1, max(len(todo), 1))
   jobs = [(str(folder), resolution, difficulty, seed, b, sizes[b]) for b in todo]
-  with tqdm.tqdm(total=num_images, initial=num_images - sum(sizes[b] for b in todo),
-                 desc=f'Pathfinder{resolution} {difficulty}', unit='img',
-                 disable=not progress) as bar:
+  with console.Progress(num_images, f'Pathfinder{resolution} {difficulty}', 'img',
+                        initial=num_images - sum(sizes[b] for b in todo), enabled=progress) as bar:
     if workers <= 1:
       for job in jobs:
         bar.update(_write_batch(*job))

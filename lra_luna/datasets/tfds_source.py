@@ -27,7 +27,10 @@ def prepare_command(dataset: str, data_dir) -> str:
 
 def import_tensorflow_datasets():
   """Imports TFDS (and TensorFlow) on first use, with TensorFlow kept off the GPUs (JAX's)."""
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # TF's C++ start-up chatter
+  # TF's C++ start-up chatter: its log below warnings, and the oneDNN note (logged before absl
+  # is set up, with absl's own warning about that), which only concerns TF's math, not reading.
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
   import tensorflow as tf
   import tensorflow_datasets as tfds
   try:

@@ -5,14 +5,13 @@ times and writes them, and shows the progress on stderr."""
 
 import json
 import math
-import os
 import pathlib
-import sys
 import time
 
 import jax
 import numpy as np
 
+from lra_luna import console
 from lra_luna.training import run_folder
 
 
@@ -59,14 +58,7 @@ class MetricWriter:
 def progress_mode(config, enabled: bool) -> str:
   """'bar' (a tqdm bar, stderr is a terminal), 'lines' (one plain line per log step, stderr is a
   file or a pipe), or 'off' (config.progress_bar False, $CI set, or not the writing process)."""
-  if not (enabled and config.progress_bar) or os.environ.get('CI'):
-    return 'off'
-  return 'bar' if sys.stderr.isatty() else 'lines'
-
-
-def format_duration(seconds: float) -> str:
-  seconds = int(seconds)
-  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+  return console.progress_mode(enabled and config.progress_bar)
 
 
 class TrainingMonitor:
@@ -132,9 +124,13 @@ class TrainingMonitor:
     elif self.mode == 'lines':
       rate = (step - self._clock[0]) / max(now - self._clock[1], 1e-9)
       left = (self.total_steps - step) / rate if rate > 0 else math.inf
-      eta = format_duration(left) if math.isfinite(left) else '?'
-      print(f'train step {step}/{self.total_steps}: loss {loss:.4f}, {rate:.2f} steps/s, '
-            f'{eta} left', file=sys.stderr, flush=True)
+      console.say(f'train step {step}/{self.total_steps}: loss {loss:.4f}, {rate:.2f} steps/s, '
+                  f'{console.format_duration(left)} left', err=True)
+
+  def evaluation_progress(self, desc: str, num_batches: int) -> console.Progress:
+    """The progress of one evaluation pass, shown as the training's: a bar below the training
+    bar (removed when done), or a plain line on a long pass."""
+    return console.Progress(num_batches, desc, 'batch', enabled=self.mode != 'off', leave=False)
 
   def write(self, step: int, index: int, scalars: dict) -> None:
     """Scalars of seed `index` (validation, test) at `step`."""

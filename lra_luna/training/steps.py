@@ -122,23 +122,35 @@ def eval_step(params, constants, batch, *, graphdef):
 
 
 def make_evaluator(config, graphdef, mesh):
-  """evaluate(stacked_state, arrays) -> {'loss': [seeds], 'accuracy': [seeds], 'count': int}
-  over every example of one split's arrays (at most config.max_eval_batches batches, if set)."""
+  """evaluate(stacked_state, arrays, on_batch=None) -> {'loss': [seeds], 'accuracy': [seeds],
+  'count': int} over every example of one split's arrays (at most config.max_eval_batches
+  batches, if set). on_batch(done, total) is called after each batch (progress; it may raise to
+  stop the pass)."""
   eval_fn = jax.jit(jax.vmap(functools.partial(eval_step, graphdef=graphdef),
                              in_axes=(0, 0, None)))
 
-  def evaluate(stacked_state, arrays):
+  def evaluate(stacked_state, arrays, on_batch=None):
     totals = 0.0
+    num_batches = num_eval_batches(config, arrays)
     for i, batch in enumerate(input_pipeline.eval_batches(arrays, config.eval_batch_size)):
-      if config.max_eval_batches and i >= config.max_eval_batches:
+      if i >= num_batches:
         break
       sums = eval_fn(stacked_state['params'], stacked_state['constants'],
                      global_batch(mesh, batch))
       totals = totals + np.stack(jax.device_get(sums), axis=-1).astype(np.float64)
+      if on_batch is not None:
+        on_batch(i + 1, num_batches)
     loss, correct, count = totals[:, 0], totals[:, 1], totals[0, 2]
     return {'loss': loss / count, 'accuracy': correct / count, 'count': int(count)}
 
   return evaluate
+
+
+def num_eval_batches(config, arrays) -> int:
+  """The batches one evaluation pass over `arrays` runs: every example, at most
+  config.max_eval_batches batches if that is set."""
+  num = -(-len(arrays['targets']) // config.eval_batch_size)
+  return min(num, config.max_eval_batches) if config.max_eval_batches else num
 
 
 def checkpoint_metrics(step: int, val: dict, test: dict, index: int) -> dict:

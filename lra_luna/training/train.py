@@ -2,18 +2,26 @@
 
 Read top to bottom: one record per seed, the loop (data, model, restore, train with periodic
 evaluation and checkpoints, the final test of the best and the last checkpoint into
-results.json), then its helpers. What the loop builds a run from (state, steps, optimizer,
-evaluator, mesh) is in `steps`; the run folder's layout in `run_folder`; metrics and progress in
-`metrics`. SIGINT or SIGTERM saves a checkpoint at the current step and stops (`Interrupted`).
+results.json and learning_curves.png), then its helpers. What the loop builds a run from (state,
+steps, optimizer, evaluator, mesh) is in `steps`; the run folder's layout in `run_folder`;
+metrics and progress in `metrics`; every line for the user goes through `console`.
+
+SIGINT and SIGTERM stop the run at any moment with one true line (`Interrupted`): while the data
+is read, the model built or the final evaluation runs, at once (nothing of them is kept); in
+training, after the current step, with a checkpoint at that step; during a checkpoint write,
+after it; during a validation pass, after the current batch, with a checkpoint at that step
+whose validation runs again on resume. A second signal stops the process at once.
 """
 
 import dataclasses
 import functools
+import json
 import os
 import pathlib
 import signal
 import sys
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -21,12 +29,19 @@ import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec
 
 from lra_luna import config_lib
+from lra_luna import console
 from lra_luna import datasets
+from lra_luna import learning_curves
 from lra_luna.datasets import input_pipeline
 from lra_luna.training import checkpoints as checkpoints_lib
 from lra_luna.training import metrics as metrics_lib
 from lra_luna.training import run_folder
 from lra_luna.training import steps
+
+# Tests: a phase name (data, model, compile, validate, checkpoint, final); the run waits there
+# (at most PAUSE_S) for a signal, so that a signal can be sent in that phase.
+PAUSE_ENV = 'LRA_LUNA_PAUSE_IN'
+PAUSE_S = 120
 
 
 @dataclasses.dataclass
@@ -37,19 +52,28 @@ class SeedRun:
   train_iter: object = None          # this seed's shuffled training batches
   checkpoints: checkpoints_lib.Checkpoints | None = None
   best: dict = dataclasses.field(default_factory=lambda: {'step': -1, 'val_accuracy': -1.0})
+  validation_pending: bool = False   # its latest checkpoint was saved before that step's validation
 
   @property
   def seed(self) -> int:
     return self.config.seed
 
 
-class Interrupted(KeyboardInterrupt):
-  """SIGINT or SIGTERM stopped training after `step`; the latest checkpoint is at `saved_step`.
-  A KeyboardInterrupt, so that callers that go on after an error (sweep) stop too."""
+class StopRequested(KeyboardInterrupt):
+  """A signal asked the run to stop where it is; train_seeds turns it into Interrupted."""
 
-  def __init__(self, signal_name: str, step: int, saved_step: int | None):
-    super().__init__(f'{signal_name}: stopped at step {step}, latest checkpoint at step '
-                     f'{saved_step}')
+  def __init__(self, signal_name: str):
+    super().__init__(signal_name)
+    self.signal_name = signal_name
+
+
+class Interrupted(KeyboardInterrupt):
+  """SIGINT or SIGTERM stopped the run: str() is `<SIGNAL>: stopped <what was running>, <what is
+  saved>`. A KeyboardInterrupt, so that callers that go on after an error (sweep) stop too."""
+
+  def __init__(self, signal_name: str, doing: str, saved: str, step: int | None = None,
+               saved_step: int | None = None):
+    super().__init__(f'{signal_name}: stopped {doing}, {saved}')
     self.signal_name, self.step, self.saved_step = signal_name, step, saved_step
 
 
@@ -64,15 +88,30 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
   """Trains one model per seed, all in one program (the step vmapped over seeds).
 
   Each seed gets its own parameters, dropout keys, data order, workdir, checkpoints, metrics and
-  results.json, exactly as if it ran alone with config.seed = seed. Returns the results per seed.
+  results.json, exactly as if it ran alone with config.seed = seed. Returns the results per seed;
+  a finished run (results.json of config's steps) is not trained or evaluated again.
   """
-  steps.reuse_freed_host_memory()  # The step's buffers, reused instead of faulted in anew.
   runs = seed_runs(config, seeds, workdirs, overwrite)
+  with StopSignals() as stop:
+    try:
+      done = None if overwrite else finished_results(runs)
+      return done if done is not None else run_phases(config, runs, overwrite, stop)
+    except StopRequested as e:  # Stopped at once: say what ran and what the folder holds.
+      raise Interrupted(e.signal_name, stop.doing(config), saved_on_disk(runs),
+                        saved_step=run_folder.saved_step(runs[0].workdir, 'latest')) from None
+
+
+def run_phases(config, runs, overwrite: bool, stop) -> list[dict]:
+  """The run, phase by phase (data, model, training with validation and checkpoints, final)."""
+  seeds = [run.seed for run in runs]
+  steps.reuse_freed_host_memory()  # The step's buffers, reused instead of faulted in anew.
   mesh = steps.make_mesh()
+  stop.enter('data', immediate=True)
   data = datasets.load_task(config)  # One copy for every seed; each seed its own data order.
   for run in runs:
     run.train_iter = input_pipeline.train_iterator(data.splits['train'], config.batch_size,
                                                    run.seed)
+  stop.enter('model', immediate=True)
   tx = steps.make_optimizer(config)
   graphdef, states, num_params = init_states(steps.model_config(config, data), seeds, tx)
   is_writer = jax.process_index() == 0
@@ -86,34 +125,63 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
                                                                 is_writer),
       schedule=steps.make_schedule(config), enabled=is_writer)
   label = config_lib.model_label(config)  # The preset name, or a plug-in's class name.
-  say(is_writer, f'{config.task} / {label}, seeds {list(seeds)}: {num_params} parameters; '
+  say(is_writer, f'{config.task} / {label}, seeds {seeds}: {num_params} parameters; '
       f'starting at step {start_step} of {config.num_train_steps}.')
-
-  step_fn = jax.jit(jax.vmap(functools.partial(steps.train_step, graphdef=graphdef, tx=tx)),
-                    donate_argnums=0)
   evaluate = steps.make_evaluator(config, graphdef, mesh)
-  dropout_keys = jnp.stack([jax.random.fold_in(jax.random.key(s), 1) for s in seeds])
-  with StopSignals() as stop:
-    for step in range(start_step + 1, config.num_train_steps + 1):
-      if stop.signal_name:
-        raise interrupt(runs, state, step - 1, start_step, monitor, stop.signal_name)
-      batch = steps.global_batch(mesh, input_pipeline.stack_examples(
-          [next(run.train_iter) for run in runs]), seed_axis=True)
-      state, step_metrics = step_fn(state, batch, dropout_keys)
-      monitor.step_done(step, step_metrics)
-      if itstime(step, config.log_every, config.num_train_steps):
-        monitor.flush(step)
-      if itstime(step, config.eval_every, config.num_train_steps):
-        monitor.flush(step)
-        validate(runs, state, step, evaluate(state, data.splits['validation']), monitor,
-                 is_writer)
-      if itstime(step, config.checkpoint_every, config.num_train_steps):
-        monitor.flush(step)
-        save_latest(runs, state, step)
+  state, last_val = train_loop(config, runs, state, start_step, data, evaluate, graphdef, tx,
+                               mesh, monitor, stop)
+  stop.enter('final', immediate=True)
   results = final_results(config, runs, state, data, evaluate, label, num_params, monitor,
-                          is_writer)
+                          is_writer, last_val, stop)
+  stop.enter('done', immediate=True)
   monitor.close()
   return results
+
+
+def train_loop(config, runs, state, start_step: int, data, evaluate, graphdef, tx, mesh,
+               monitor, stop):
+  """Steps start_step + 1 .. num_train_steps with periodic logs, validation and checkpoints;
+  (the final state, the validation of the last step when this start ran it, else None)."""
+  is_writer = jax.process_index() == 0
+  step_fn = jax.jit(jax.vmap(functools.partial(steps.train_step, graphdef=graphdef, tx=tx)),
+                    donate_argnums=0)
+  dropout_keys = jnp.stack([jax.random.fold_in(jax.random.key(run.seed), 1) for run in runs])
+  val_split, last_val = data.splits['validation'], None
+  if any(run.validation_pending for run in runs):  # stopped during this validation before
+    stop.enter('validate', immediate=False)
+    validate(runs, state, start_step, evaluation(evaluate, state, val_split, monitor, stop,
+                                                 f'validation at step {start_step}'),
+             monitor, is_writer)
+  stop.enter('compile' if start_step < config.num_train_steps else 'train', immediate=False)
+  for step in range(start_step + 1, config.num_train_steps + 1):
+    if stop.signal_name:
+      raise interrupt(runs, state, step - 1, start_step, monitor, stop.signal_name)
+    batch = steps.global_batch(mesh, input_pipeline.stack_examples(
+        [next(run.train_iter) for run in runs]), seed_axis=True)
+    state, step_metrics = step_fn(state, batch, dropout_keys)
+    monitor.step_done(step, step_metrics)
+    stop.enter('train', immediate=False)
+    if itstime(step, config.log_every, config.num_train_steps):
+      monitor.flush(step)
+    if itstime(step, config.eval_every, config.num_train_steps):
+      monitor.flush(step)
+      stop.enter('validate', immediate=False)
+      try:
+        val = evaluation(evaluate, state, val_split, monitor, stop, f'validation at step {step}')
+      except StopRequested as e:
+        raise interrupt(runs, state, step, start_step, monitor, e.signal_name,
+                        validation_pending=True) from None
+      validate(runs, state, step, val, monitor, is_writer)
+      last_val = val if step == config.num_train_steps else None
+      stop.enter('train', immediate=False)
+    if itstime(step, config.checkpoint_every, config.num_train_steps):
+      monitor.flush(step)
+      stop.enter('checkpoint', immediate=False)
+      save_latest(runs, state, step)
+      stop.enter('train', immediate=False)
+  if stop.signal_name:  # during the last step's validation or checkpoint: all of it is saved
+    raise interrupt(runs, state, config.num_train_steps, start_step, monitor, stop.signal_name)
+  return state, last_val
 
 
 # ----------------------------------------------------------------------------------------------
@@ -131,11 +199,32 @@ def seed_runs(config, seeds, workdirs, overwrite: bool) -> list[SeedRun]:
     runs.append(SeedRun(seed_config, pathlib.Path(workdir)))
   for run in runs:
     run_folder.check_workdir(run.config, run.workdir, overwrite)
-  for field in ('batch_size', 'eval_batch_size'):
-    if config[field] % jax.device_count():
-      raise ValueError(f'config.{field} = {config[field]} does not divide over '
-                       f'{jax.device_count()} devices; use a multiple of {jax.device_count()}.')
+  # The eval batch is rounded up to the devices instead (steps.eval_batch_size).
+  if config.batch_size % jax.device_count():
+    raise ValueError(f'config.batch_size = {config.batch_size} does not divide over '
+                     f'{jax.device_count()} devices; use a multiple of {jax.device_count()}.')
   return runs
+
+
+def finished_results(runs) -> list[dict] | None:
+  """The results of every seed when each one's workdir already holds results.json of its
+  config's steps (checked against config.json by seed_runs), saying so; else None. A finished
+  run missing its learning curves gets them now."""
+  results = []
+  for run in runs:
+    path = run.workdir / run_folder.RESULTS_FILE
+    if not path.is_file():
+      return None
+    saved = json.loads(path.read_text())
+    if saved.get('steps') != run.config.num_train_steps:
+      return None
+    results.append((run, path, saved))
+  for run, path, _ in results:
+    say(jax.process_index() == 0, f'nothing to do: {run.workdir} finished '
+        f'{run.config.num_train_steps} steps; results in {path}')
+    if not (run.workdir / run_folder.LEARNING_CURVES_FILE).exists():
+      write_learning_curves(run)
+  return [saved for _, _, saved in results]
 
 
 def init_states(model_cfg, seeds, tx):
@@ -152,8 +241,9 @@ def restore(runs, states, mesh):
   parameters, optimizer, step, data order and best so far; the fresh states where none."""
   restored = [run.checkpoints.restore_latest(state, run.train_iter)
               for run, state in zip(runs, states)]
-  for run, (_, info) in zip(runs, restored):
+  for run, (state, info) in zip(runs, restored):
     run.best = info.get('best', run.best)
+    run.validation_pending = info.get('validation_pending') == int(state['step'])
   start_steps = {int(state['step']) for state, _ in restored}
   if len(start_steps) > 1:
     raise run_folder.TrainingError(
@@ -179,6 +269,28 @@ def itstime(step: int, every: int, last_step: int) -> bool:
   return step % every == 0 or step == last_step
 
 
+def evaluation(evaluate, state, arrays, monitor, stop, desc: str) -> dict:
+  """evaluate(state, arrays) with its progress shown by the monitor; StopRequested after the
+  current batch once a signal is recorded."""
+  progress = None
+
+  def on_batch(done: int, total: int) -> None:
+    nonlocal progress
+    if progress is None:
+      progress = monitor.evaluation_progress(desc, total)
+    progress.update(1)
+    if done == total or stop.signal_name:
+      progress.close()
+    if stop.signal_name:
+      raise StopRequested(stop.signal_name)
+
+  try:
+    return evaluate(state, arrays, on_batch)
+  finally:
+    if progress is not None:
+      progress.close()
+
+
 def validate(runs, state, step: int, val: dict, monitor, is_writer: bool) -> None:
   """Writes each seed's validation metrics and keeps its best checkpoint."""
   for i, run in enumerate(runs):
@@ -191,78 +303,185 @@ def validate(runs, state, step: int, val: dict, monitor, is_writer: bool) -> Non
       run.checkpoints.save_best(step, steps.unstack_tree(state, i))
 
 
-def save_latest(runs, state, step: int) -> None:
+def save_latest(runs, state, step: int, validation_pending: bool = False) -> None:
+  """Every seed's latest checkpoint at `step`; validation_pending: saved before that step's
+  validation finished, which a resumed run then runs first."""
+  info = {'validation_pending': step} if validation_pending else {}
   for i, run in enumerate(runs):
     run.checkpoints.save_latest(step, steps.unstack_tree(state, i), run.train_iter,
-                                {'best': run.best})
+                                {'best': run.best, **info})
 
 
-def interrupt(runs, state, step: int, start_step: int, monitor, signal_name: str) -> Interrupted:
+def interrupt(runs, state, step: int, start_step: int, monitor, signal_name: str, *,
+              validation_pending: bool = False) -> Interrupted:
   """Saves every seed's latest checkpoint at `step` (the last finished one) and closes the run;
   the Interrupted to raise. Nothing is saved before the first step of this start."""
   if step > start_step:
     monitor.flush(step)
-    save_latest(runs, state, step)
+    save_latest(runs, state, step, validation_pending)
   monitor.close()
   for run in runs:
     run.checkpoints.close()
-  return Interrupted(signal_name, step, run_folder.saved_step(runs[0].workdir, 'latest'))
+  saved_step = run_folder.saved_step(runs[0].workdir, 'latest')
+  total = runs[0].config.num_train_steps
+  doing = (f'during the validation at step {step} of {total}' if validation_pending
+           else f'at step {step} of {total}')
+  saved = ('no checkpoint (no step finished)' if saved_step is None
+           else f'checkpoint saved at step {saved_step}')
+  if validation_pending and saved_step == step:
+    saved += ' (its validation runs again on resume)'
+  return Interrupted(signal_name, doing, saved, step, saved_step)
 
 
-def final_results(config, runs, state, data, evaluate, label, num_params, monitor,
-                  is_writer) -> list:
-  """Tests the last and the best-on-validation checkpoint of every seed; writes results.json."""
-  best_state = steps.stack_trees([run.checkpoints.restore_best(steps.unstack_tree(state, i))
-                                  for i, run in enumerate(runs)])
-  sections = {name: (evaluate(section_state, data.splits['validation']),
-                     evaluate(section_state, data.splits['test']))
-              for name, section_state in (('last', state), ('best', best_state))}
+def saved_on_disk(runs) -> str:
+  """What the run folder holds, for the line of a run stopped outside the training loop."""
+  workdir = runs[0].workdir
+  latest = run_folder.saved_step(workdir, 'latest')
+  if latest is None:
+    return 'no checkpoint saved yet'
+  best = run_folder.saved_step(workdir, 'best')
+  saved = f'latest checkpoint at step {latest}' + (f', best at step {best}' if best else '')
+  if latest == runs[0].config.num_train_steps:
+    written = all((run.workdir / run_folder.RESULTS_FILE).exists() for run in runs)
+    saved += f'; results.json {"written" if written else "not written"}'
+  return saved
+
+
+def recorded_validation(runs, step: int | None = None) -> dict | None:
+  """The validation metrics of every seed's best checkpoint as the loop measured them ({'loss',
+  'accuracy'} per seed), when each has them (and, with `step`, each best is at that step)."""
+  if not all('val_loss' in run.best and (step is None or run.best['step'] == step)
+             for run in runs):
+    return None
+  return {'loss': [run.best['val_loss'] for run in runs],
+          'accuracy': [run.best['val_accuracy'] for run in runs]}
+
+
+def final_results(config, runs, state, data, evaluate, label, num_params, monitor, is_writer,
+                  last_val, stop) -> list:
+  """Tests the last and the best-on-validation checkpoint of every seed, each distinct checkpoint
+  once (best = last: one evaluation for both sections; validation metrics the loop measured are
+  reused); writes results.json and learning_curves.png."""
+  total = config.num_train_steps
+  val_split, test_split = data.splits['validation'], data.splits['test']
+
+  def run_eval(section_state, arrays, desc):
+    return evaluation(evaluate, section_state, arrays, monitor, stop, desc)
+
+  last_val = (last_val or recorded_validation(runs, total)
+              or run_eval(state, val_split, f'validation of step {total}'))
+  sections = {'last': (last_val, run_eval(state, test_split, f'test of step {total}'))}
+  if all(run.best['step'] == total for run in runs):
+    sections['best'] = sections['last']  # the same checkpoint
+  else:
+    best_state = steps.stack_trees([run.checkpoints.restore_best(steps.unstack_tree(state, i))
+                                    for i, run in enumerate(runs)])
+    sections['best'] = (recorded_validation(runs)
+                        or run_eval(best_state, val_split, 'validation of the best checkpoint'),
+                        run_eval(best_state, test_split, 'test of the best checkpoint'))
   all_results = []
   for i, run in enumerate(runs):
     results = {'task': config.task, 'model': label, 'head': config.model.head,
                'protocol': config.protocol,
-               'seed': int(run.seed), 'num_params': num_params, 'steps': config.num_train_steps,
+               'seed': int(run.seed), 'num_params': num_params, 'steps': total,
                'test_majority_rate': steps.majority_rate(data.splits['test']['targets']),
-               'data': data.source, 'run': config_lib.run_record(config)}
+               'data': data_record(config, data)}
     for name, (val, test) in sections.items():
       results[name] = steps.checkpoint_metrics(
-          config.num_train_steps if name == 'last' else run.best['step'], val, test, i)
+          total if name == 'last' else run.best['step'], val, test, i)
     # The flat keys report the last checkpoint, as LRA did; `best` is beside it.
     results.update({k: results['last'][k]
                     for k in ('val_accuracy', 'val_loss', 'test_accuracy', 'test_loss')})
+    monitor.write(total, i, {'test_accuracy': results['test_accuracy'],
+                             'test_loss': results['test_loss']})
     if is_writer:
       run_folder.write_json_atomically(run.workdir / run_folder.RESULTS_FILE, results)
-    monitor.write(config.num_train_steps, i, {'test_accuracy': results['test_accuracy'],
-                                              'test_loss': results['test_loss']})
+      write_learning_curves(run)
     run.checkpoints.close()
     all_results.append(results)
   return all_results
 
 
+def data_record(config, data) -> dict:
+  """results.json's `data`: where the arrays came from; a smoke test's data is marked as such
+  (a generated smoke set holds only the examples the test reads)."""
+  if not config.get('smoke'):
+    return data.source
+  return {**data.source, 'smoke': f'a smoke test ({config.num_train_steps} steps, '
+          f'{config.max_eval_batches} batches per evaluation): not the full set'}
+
+
+def write_learning_curves(run) -> None:
+  """<workdir>/learning_curves.png from its metrics.jsonl; a failure to plot is a warning."""
+  title = f'{run.config.task} / {config_lib.model_label(run.config)}, seed {run.seed}'
+  try:
+    learning_curves.plot([run.workdir], run.workdir / run_folder.LEARNING_CURVES_FILE, title)
+  except Exception as e:  # pylint: disable=broad-except  (a plot never costs the results)
+    console.say(f'warning: {run.workdir / run_folder.LEARNING_CURVES_FILE} not written: '
+                f'{type(e).__name__}: {e}', err=True)
+
+
 def say(enabled: bool, message: str) -> None:
-  """A line for the user (absl's INFO log is left to the libraries' chatter)."""
+  """A line for the user, through the one writer (absl's INFO log is left to the libraries)."""
   if enabled:
-    print(message, flush=True)
+    console.say(message)
+
+
+def pause_if_asked(phase: str, stop=None) -> None:
+  """Waits here (up to PAUSE_S) for a signal when $LRA_LUNA_PAUSE_IN names this phase (tests)."""
+  if os.environ.get(PAUSE_ENV) != phase:
+    return
+  console.say(f'pausing in phase {phase} (${PAUSE_ENV})', err=True)
+  stop = stop or StopSignals.active
+  deadline = time.time() + PAUSE_S
+  while time.time() < deadline and not (stop and stop.signal_name):
+    time.sleep(0.01)
+
+
+# What each phase's line says was running when it stopped at once (`StopSignals.doing`).
+PHASES = {
+    'data': 'while reading the data',
+    'model': 'while building the model and restoring its checkpoint',
+    'final': 'during the final evaluation (training finished at step {steps})',
+    'done': 'after the final results',
+    'start': 'while starting',
+}
 
 
 class StopSignals:
-  """While active, the first SIGINT or SIGTERM only records its name (the loop then saves and
-  stops after the current step); a second one stops the process at once, without saving."""
+  """While active, SIGINT and SIGTERM stop the run. In a phase entered `immediate` (nothing of it
+  is worth keeping: data, model, final evaluation) the handler raises StopRequested at once;
+  otherwise (steps, validation, checkpoint writes) it only records the signal's name and the
+  loop stops at its next safe point. A second signal stops the process at once, unsaved."""
 
   SIGNALS = (signal.SIGINT, signal.SIGTERM)
+  active = None  # the StopSignals in effect (pause_if_asked reads it)
 
   def __init__(self):
     self.signal_name = None
+    self.phase, self.immediate = 'start', True
     self._previous = {}
 
   def __enter__(self):
     if threading.current_thread() is threading.main_thread():  # Handlers live on the main thread.
       self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+    StopSignals.active = self
     return self
 
   def __exit__(self, *exc):
     for s, handler in self._previous.items():
       signal.signal(s, handler)
+    StopSignals.active = None
+
+  def enter(self, phase: str, immediate: bool) -> None:
+    """Starts `phase`; a signal recorded before an immediate phase stops the run now."""
+    if immediate and self.signal_name:
+      raise StopRequested(self.signal_name)
+    self.phase, self.immediate = phase, immediate
+    pause_if_asked(phase, self)
+
+  def doing(self, config) -> str:
+    return PHASES.get(self.phase, 'while starting').format(steps=config.num_train_steps)
 
   def _handle(self, signum, frame):
     del frame
@@ -272,3 +491,5 @@ class StopSignals:
       sys.stderr.flush()
       os._exit(128 + signum)  # pylint: disable=protected-access
     self.signal_name = name
+    if self.immediate:
+      raise StopRequested(name)

@@ -1,0 +1,134 @@
+"""What the tools write for the user: one writer that keeps progress bars whole, plain progress
+lines when stderr is no terminal (the data generators too), learning curves per run and per
+sweep, one-line argument errors naming the flag, TensorFlow's start-up lines silenced."""
+
+import json
+import os
+import pathlib
+import runpy
+import subprocess
+import sys
+import tomllib
+import types
+
+import pytest
+import tqdm
+
+from lra_luna import config_lib
+from lra_luna import console
+from lra_luna import learning_curves
+from lra_luna.datasets import listops
+from lra_luna.training import run_folder
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_a_line_written_during_a_bar_leaves_the_bar_whole(capsys):
+  """tqdm.write clears the bar, writes the line, and draws the bar again below it (print would
+  append the line to the bar's own line)."""
+  from lra_luna.training import train  # pylint: disable=g-import-not-at-top
+  bar = tqdm.tqdm(total=10, desc='demo bar', file=sys.stderr)
+  capsys.readouterr()
+  train.say(True, 'seed 0 step 5: val accuracy 0.5000, loss 1.0000')
+  out, err = capsys.readouterr()
+  bar.close()
+  assert out == 'seed 0 step 5: val accuracy 0.5000, loss 1.0000\n'
+  assert err.startswith('\r') and 'demo bar' in err  # cleared, then drawn again
+
+
+@pytest.mark.parametrize('ci, interval, lines', [('', 0.0, 3), ('', 3600.0, 0), ('1', 0.0, 0)])
+def test_progress_is_plain_lines_off_a_terminal(capsys, monkeypatch, ci, interval, lines):
+  monkeypatch.setenv('CI', ci)
+  with console.Progress(3, 'validation at step 10', 'batch', interval=interval) as progress:
+    assert progress.mode == ('off' if ci else 'lines')
+    for _ in range(3):
+      progress.update(1)
+  err = capsys.readouterr().err
+  assert '\r' not in err and len(err.splitlines()) == lines
+  if lines:
+    assert err.splitlines()[-1] == 'validation at step 10: 3/3 batch, 0:00:00 left'
+
+
+def test_the_listops_generator_writes_no_bar_into_a_file(tmp_path, capsys, monkeypatch):
+  monkeypatch.delenv('CI', raising=False)
+  listops.generate_listops(tmp_path, num_train=40, num_val=5, num_test=5, min_length=4,
+                           max_length=30, max_depth=3, max_args=4, progress=True)
+  assert '\r' not in capsys.readouterr().err
+
+
+def write_metrics(workdir: pathlib.Path, offset: float) -> None:
+  workdir.mkdir(parents=True)
+  rows = [{'step': s, 'train_loss': offset + 1 / s, 'train_accuracy': 0.5} for s in (1, 2, 3, 4)]
+  rows += [{'step': 4, 'val_loss': offset + 0.3, 'val_accuracy': 0.6}]
+  (workdir / run_folder.METRICS_FILE).write_text(''.join(json.dumps(r) + '\n' for r in rows))
+
+
+def test_learning_curves_of_a_run_and_of_a_sweep(tmp_path):
+  assert learning_curves.series([{'step': 2, 'a': 1.0}, {'step': 1, 'a': 3.0}, {'step': 3}],
+                                'a') == ([1, 2], [3.0, 1.0])
+  from lra_luna import sweep  # pylint: disable=g-import-not-at-top
+  group = tmp_path / 'listops' / 'luna16' / 'cls'
+  runs = []
+  for seed in (0, 1):
+    write_metrics(group / f'seed{seed}', seed)
+    runs.append(types.SimpleNamespace(workdir=group / f'seed{seed}', seed=seed,
+                                      name=f'listops/luna16/cls/seed{seed}'))
+  runs.append(types.SimpleNamespace(workdir=tmp_path / 'other' / 'seed0', seed=0, name='o/seed0'))
+  sweep.write_learning_curves(runs)  # a group without metrics is left out
+  assert (group / run_folder.LEARNING_CURVES_FILE).read_bytes().startswith(b'\x89PNG')
+  assert not (tmp_path / 'other' / run_folder.LEARNING_CURVES_FILE).exists()
+  with pytest.raises(ValueError, match='no metrics.jsonl'):
+    learning_curves.plot([tmp_path / 'other'], tmp_path / 'x.png')
+
+
+def one_line_error(capsys, call) -> str:
+  with pytest.raises(SystemExit) as exit_info:
+    call()
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err
+  assert err.startswith('error: ') and err.count('\n') == 1, err
+  return err
+
+
+def test_argument_errors_are_one_line_naming_the_flag(capsys, monkeypatch, tmp_path):
+  from lra_luna import evaluate, predict, sweep  # pylint: disable=g-import-not-at-top
+  err = one_line_error(capsys, lambda: sweep.main(
+      ['--config', 'configs/listops.py:luna16,quick', '--seeds', '0,x', '--sweep_dir', 'x']))
+  assert "--seeds: 'x' is not an integer" in err and 'python -m lra_luna.sweep --help' in err
+  assert '--checkpoint' in one_line_error(
+      capsys, lambda: evaluate.main([str(tmp_path), '--checkpoint', 'worst']))
+  assert '--checkpoint' in one_line_error(
+      capsys, lambda: predict.main([str(tmp_path), 'x', '--checkpoint', 'worst']))
+  for script, args in (('generate_listops.py', []), ('generate_pathfinder.py', []),
+                       ('import_lra_release.py', ['release'])):
+    monkeypatch.setattr(sys, 'argv', [script, *args, '--no_such_flag'])
+    err = one_line_error(capsys, lambda: runpy.run_path(str(REPO / 'data' / script),
+                                                         run_name='__main__'))
+    assert '--no_such_flag' in err and f'python data/{script} --help' in err
+
+
+def test_a_mistyped_config_path_names_each_tried_path_once(monkeypatch):
+  monkeypatch.chdir(REPO)
+  with pytest.raises(ValueError) as error:
+    config_lib.config_spec_path('configs/listop.py:luna16')
+  message = str(error.value)
+  assert message.count(str(REPO / 'configs' / 'listop.py')) == 1, message
+  assert 'configs/listops.py' in message
+
+
+def test_tensorboard_is_an_optional_extra():
+  project = tomllib.loads((REPO / 'pyproject.toml').read_text())['project']
+  assert project['optional-dependencies']['tensorboard'] == ['tensorboard']
+
+
+def test_tensorflow_start_up_lines_are_silenced():
+  """The Text and Image readers import TensorFlow: none of its C++ start-up lines (the oneDNN
+  note, absl's pre-initialisation warning) reach the user."""
+  code = ('from lra_luna.datasets import tfds_source; tfds_source.import_tensorflow_datasets(); '
+          "print('ok')")
+  env = {k: v for k, v in os.environ.items()
+         if k not in ('TF_CPP_MIN_LOG_LEVEL', 'TF_ENABLE_ONEDNN_OPTS')}
+  proc = subprocess.run([sys.executable, '-c', code], env=env, cwd=REPO, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.stdout == 'ok\n'
+  assert 'oneDNN' not in proc.stderr and 'absl::InitializeLog' not in proc.stderr, proc.stderr
