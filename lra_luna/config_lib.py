@@ -145,6 +145,31 @@ def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.Co
   return config
 
 
+def use_smoke_settings(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The smoke test of config (the word `smoke`): the same model, data shapes and batch sizes,
+  trained SMOKE_STEPS steps with one validation and checkpoint at the end, every evaluation
+  pass cut to SMOKE_EVAL_BATCHES batches. A generated set (ListOps, Pathfinder) holds only the
+  examples the test reads, in a folder of its own (<dataset_name>-smoke), so it never passes
+  for the full set; release and TFDS data are read as they are."""
+  config.smoke = True
+  config.num_train_steps = SMOKE_STEPS
+  config.eval_every = config.checkpoint_every = SMOKE_STEPS
+  config.log_every = min(config.log_every, 5)
+  config.max_eval_batches = SMOKE_EVAL_BATCHES
+  train_examples = SMOKE_STEPS * config.batch_size
+  eval_examples = SMOKE_EVAL_BATCHES * config.eval_batch_size
+  if 'listops' in config:
+    config.listops.update(num_train=train_examples, num_val=eval_examples,
+                          num_test=eval_examples)
+    config.dataset_name += '-smoke'
+  if 'pathfinder' in config:  # split 80/10/10 in file order
+    num_images = max(-(-train_examples * 10 // 8), eval_examples * 10)
+    config.pathfinder.num_images = num_images
+    config.pathfinder.images_per_batch = min(config.pathfinder.images_per_batch, num_images)
+    config.dataset_name += '-smoke'
+  return config
+
+
 def model_label(config: ml_collections.ConfigDict) -> str:
   """What results, sweep folders, reports and profiles call config's model: its preset name, or
   the class name of a plug-in attention (plugins.py)."""
@@ -321,6 +346,8 @@ def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
   config = module.get_config() if arg is None else module.get_config(arg)
+  if parse_arg(arg).smoke:  # every task config's smoke test, before the overrides
+    use_smoke_settings(config)
   config.preset = f'{path.name}:{arg or ""}'  # what run_record measures the run against
   config.lock()
   check_override_keys(config, override_keys(overrides))
