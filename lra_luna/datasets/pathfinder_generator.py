@@ -266,81 +266,117 @@ class _Scene:
     On success the paths' space is reserved. With room_for_circles, every tip (start and end of
     each path) ends up able to hold a circle: inside the window and clear of the other paths.
     """
-    g = self.geometry
-    n = len(tips)
-    margin, offsets = self.margin, self.offsets
-    num_points = len(offsets)
-    reach2 = self.reach ** 2
-    other2, own2 = self.circle_clear_other ** 2, self.circle_clear_own ** 2
-    headings = [float(h) for h in headings]
-    # Newest paddle of each path as centre-line samples: not in the mask yet, so other paths
-    # test against these; the own one is exempt (the chain gap, margin, is below the reach).
-    new_x = [float(t[0]) + offsets * math.cos(h) for t, h in zip(tips, headings)]
-    new_y = [float(t[1]) + offsets * math.sin(h) for t, h in zip(tips, headings)]
-    tip_x = np.array([float(t[0]) for t in tips])
-    tip_y = np.array([float(t[1]) for t in tips])
-    others = [[q for q in range(n) if q != p] for p in range(n)]
-
-    for p in range(n):  # first paddles: clear of each other and of the other start tips
-      parts = [(new_x[q], new_y[q], np.full(num_points, reach2)) for q in others[p]]
-      if room_for_circles:
-        parts += [(tip_x[q:q + 1], tip_y[q:q + 1], np.full(1, other2)) for q in others[p]]
-      discs = tuple(np.concatenate(a) for a in zip(*parts)) if parts else None
-      if not self._fits(self.blocked, new_x[p][None], new_y[p][None], discs)[0]:
-        return None
-
-    # Keep-out discs of each path: the other paths' newest samples (slot i of others[p]), then
-    # circle room (all start tips; end tips of paths as they finish).
-    keep = []
-    for p in range(n):
-      parts = [(new_x[q], new_y[q], np.full(num_points, reach2)) for q in others[p]]
-      if room_for_circles:
-        parts.append((tip_x, tip_y, np.where(np.arange(n) == p, own2, other2)))
-      keep.append([np.concatenate(a) for a in zip(*parts)] if parts else None)
+    growth = _Growth(self, tips, headings, room_for_circles)
+    if not growth.first_paddles_fit():
+      return None
     mask = self.blocked.copy()  # scratch: a stuck attempt leaves the scene untouched
-    paths = [[np.array([[tip_x[p], tip_y[p]], [new_x[p][-1], new_y[p][-1]]])] for p in range(n)]
-    k = NUM_CANDIDATE_TURNS
     for step in range(1, num_paddles):
-      last_step = step == num_paddles - 1
-      for p in range(n):
-        deltas = self.turn_base + self.turn_step * rng.random(k)
-        weights = np.cos(np.minimum(np.abs(deltas) * g.continuity, math.pi / 2))
-        weights *= weights
-        angles = deltas + headings[p]
-        cos, sin = np.cos(angles), np.sin(angles)
-        start_x = cos * margin + new_x[p][-1]
-        start_y = sin * margin + new_y[p][-1]
-        xs = cos[:, None] * offsets + start_x[:, None]
-        ys = sin[:, None] * offsets + start_y[:, None]
-        ok = self._fits(mask, xs, ys, keep[p])
-        if last_step and room_for_circles:
-          ends = np.stack([xs[:, -1], ys[:, -1]], axis=-1)
-          ok &= ((ends >= self.tip_low) & (ends <= self.tip_high)).all(axis=1)
-          for q in range(n):
-            clear = self.circle_clear_other if q != p else self.circle_clear_own
-            ok &= _point_segment_distance(ends, np.stack(paths[q])).min(axis=1) >= clear
-        weights *= ok
-        total = weights.sum()
-        if total <= 0.0:
+      for p in range(growth.n):
+        if not growth.add_paddle(rng, p, mask, last_step=step == num_paddles - 1):
           return None
-        choice = min(int(np.searchsorted(np.cumsum(weights), rng.random() * total,
-                                         side='right')), k - 1)
-        self.reserve_paddle(paths[p][-1], mask)
-        paths[p].append(np.array([[start_x[choice], start_y[choice]],
-                                  [xs[choice, -1], ys[choice, -1]]]))
-        new_x[p], new_y[p] = xs[choice], ys[choice]
-        headings[p] = float(angles[choice])
-        for q in others[p]:
-          slot = others[q].index(p) * num_points
-          keep[q][0][slot:slot + num_points] = new_x[p]
-          keep[q][1][slot:slot + num_points] = new_y[p]
-          if last_step and room_for_circles:
-            keep[q] = [np.append(keep[q][0], xs[choice, -1]),
-                       np.append(keep[q][1], ys[choice, -1]), np.append(keep[q][2], other2)]
-    for path in paths:
+    for path in growth.paths:
       self.reserve_paddle(path[-1], mask)
     self.blocked = mask
-    return [np.stack(path) for path in paths]
+    return [np.stack(path) for path in growth.paths]
+
+
+class _Growth:
+  """The state of `PathScene.grow`: each path's paddles, newest centre-line samples and heading,
+  and each path's keep-out discs (the other paths' newest samples, then room for circles)."""
+
+  def __init__(self, scene, tips, headings, room_for_circles: bool):
+    self.scene, self.room_for_circles = scene, room_for_circles
+    self.n = n = len(tips)
+    offsets = scene.offsets
+    self.num_points = len(offsets)
+    self.reach2 = scene.reach ** 2
+    self.other2, self.own2 = scene.circle_clear_other ** 2, scene.circle_clear_own ** 2
+    self.headings = [float(h) for h in headings]
+    # Newest paddle of each path as centre-line samples: not in the mask yet, so other paths
+    # test against these; the own one is exempt (the chain gap, margin, is below the reach).
+    self.new_x = [float(t[0]) + offsets * math.cos(h) for t, h in zip(tips, self.headings)]
+    self.new_y = [float(t[1]) + offsets * math.sin(h) for t, h in zip(tips, self.headings)]
+    self.tip_x = np.array([float(t[0]) for t in tips])
+    self.tip_y = np.array([float(t[1]) for t in tips])
+    self.others = [[q for q in range(n) if q != p] for p in range(n)]
+    self.paths = [[np.array([[self.tip_x[p], self.tip_y[p]],
+                             [self.new_x[p][-1], self.new_y[p][-1]]])] for p in range(n)]
+    self.keep = [self._keep_out(p) for p in range(n)]
+
+  def _keep_out(self, p: int):
+    """Path p's keep-out discs (x, y, radius^2): the other paths' newest samples (slot i of
+    others[p]), then circle room (all start tips; end tips of paths as they finish)."""
+    parts = [(self.new_x[q], self.new_y[q], np.full(self.num_points, self.reach2))
+             for q in self.others[p]]
+    if self.room_for_circles:
+      parts.append((self.tip_x, self.tip_y,
+                    np.where(np.arange(self.n) == p, self.own2, self.other2)))
+    return [np.concatenate(a) for a in zip(*parts)] if parts else None
+
+  def first_paddles_fit(self) -> bool:
+    """Whether the first paddles are clear of each other and of the other start tips."""
+    for p in range(self.n):
+      parts = [(self.new_x[q], self.new_y[q], np.full(self.num_points, self.reach2))
+               for q in self.others[p]]
+      if self.room_for_circles:
+        parts += [(self.tip_x[q:q + 1], self.tip_y[q:q + 1], np.full(1, self.other2))
+                  for q in self.others[p]]
+      discs = tuple(np.concatenate(a) for a in zip(*parts)) if parts else None
+      if not self.scene._fits(self.scene.blocked, self.new_x[p][None], self.new_y[p][None],
+                              discs)[0]:
+        return False
+    return True
+
+  def add_paddle(self, rng, p: int, mask, last_step: bool) -> bool:
+    """Adds one paddle to path p, its turn drawn among NUM_CANDIDATE_TURNS weighted by
+    continuity among those that fit; False when none fits."""
+    scene, k = self.scene, NUM_CANDIDATE_TURNS
+    deltas = scene.turn_base + scene.turn_step * rng.random(k)
+    weights = np.cos(np.minimum(np.abs(deltas) * scene.geometry.continuity, math.pi / 2))
+    weights *= weights
+    angles = deltas + self.headings[p]
+    cos, sin = np.cos(angles), np.sin(angles)
+    start_x = cos * scene.margin + self.new_x[p][-1]
+    start_y = sin * scene.margin + self.new_y[p][-1]
+    xs = cos[:, None] * scene.offsets + start_x[:, None]
+    ys = sin[:, None] * scene.offsets + start_y[:, None]
+    ok = scene._fits(mask, xs, ys, self.keep[p])
+    if last_step and self.room_for_circles:
+      ok &= self._ends_have_room(p, xs[:, -1], ys[:, -1])
+    weights *= ok
+    total = weights.sum()
+    if total <= 0.0:
+      return False
+    choice = min(int(np.searchsorted(np.cumsum(weights), rng.random() * total, side='right')),
+                 k - 1)
+    scene.reserve_paddle(self.paths[p][-1], mask)
+    self.paths[p].append(np.array([[start_x[choice], start_y[choice]],
+                                   [xs[choice, -1], ys[choice, -1]]]))
+    self.new_x[p], self.new_y[p] = xs[choice], ys[choice]
+    self.headings[p] = float(angles[choice])
+    self._update_keep_out(p, last_step)
+    return True
+
+  def _ends_have_room(self, p: int, end_x, end_y):
+    """Which candidate end tips of path p are inside the window and clear of every path."""
+    ends = np.stack([end_x, end_y], axis=-1)
+    ok = ((ends >= self.scene.tip_low) & (ends <= self.scene.tip_high)).all(axis=1)
+    for q in range(self.n):
+      clear = self.scene.circle_clear_other if q != p else self.scene.circle_clear_own
+      ok &= _point_segment_distance(ends, np.stack(self.paths[q])).min(axis=1) >= clear
+    return ok
+
+  def _update_keep_out(self, p: int, last_step: bool) -> None:
+    """The other paths now keep out of path p's new paddle (and of its end tip at the end)."""
+    num_points = self.num_points
+    for q in self.others[p]:
+      keep = self.keep[q]
+      slot = self.others[q].index(p) * num_points
+      keep[0][slot:slot + num_points] = self.new_x[p]
+      keep[1][slot:slot + num_points] = self.new_y[p]
+      if last_step and self.room_for_circles:
+        self.keep[q] = [np.append(keep[0], self.new_x[p][-1]),
+                        np.append(keep[1], self.new_y[p][-1]), np.append(keep[2], self.other2)]
 
 
 def _tips(path: np.ndarray) -> tuple:
