@@ -65,4 +65,6 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
     c.log_every = 50
     m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 32, 2, 1, 64, 64
     m.dropout = m.attention_dropout = 0.0
+  if arg.fp16:
+    m.dtype = 'float16'            # steps.py turns dynamic loss scaling on for float16
   return c

@@ -27,6 +27,10 @@ TASKS = tuple(tasks.TASKS)  # the task registry (lra_luna/tasks.py)
 # Model name -> its registry entry (lra_luna/registry.py): the config words of the models.
 MODELS = registry.MODELS
 SCHEDULES = ('rsqrt', 'cosine')
+# jax.default_matmul_precision of a run: 'default' is JAX's (on recent NVIDIA GPUs float32
+# matmuls run as TF32, on TPUs as bfloat16 passes), 'high' 3 bf16 passes / TF32 on TPUs and GPUs,
+# 'highest' true float32 everywhere. CPUs compute float32 matmuls in float32 whatever this is.
+MATMUL_PRECISIONS = ('default', 'high', 'highest')
 # Where a task's data may come from (config.data_source); the first is the default.
 DATA_SOURCES = {name: task.data_sources for name, task in tasks.TASKS.items()}
 # The task configs: configs/ of the checkout, else the copy installed as lra_luna/configs.
@@ -39,6 +43,7 @@ WORDS = {
     'model': 'luna16',  # a MODELS preset
     'quick': False,     # a small task and model that a 2-core CPU trains in minutes
     'paper': False,     # the Luna authors' protocol instead of LRA's (lra_luna/protocols.py)
+    'fp16': False,      # float16 compute with dynamic loss scaling (the authors' fairseq --fp16)
     'smoke': False,     # a smoke test: full shapes, SMOKE_STEPS steps, SMOKE_EVAL_BATCHES batches
 }
 # The smoke word (use_smoke_settings): steps trained, and batches per evaluation pass.
@@ -121,6 +126,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.checkpoint_every = 0            # steps between checkpoints (*)
   c.max_eval_batches = 0            # 0 = whole split; >0 caps validation batches (debugging only)
   c.progress_bar = True             # stderr progress: a bar on a terminal, else lines; off if $CI
+  c.matmul_precision = 'default'    # one of MATMUL_PRECISIONS (jax.default_matmul_precision)
   c.smoke = False                   # a smoke test (the word smoke): results and reports say so
   # The model: every field of ModelConfig with its default (models/model_config.py says what
   # each one is and checks it).
@@ -204,6 +210,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     check_attention_options(config)
   model_config.ModelConfig.from_config(config.model)
   _check_choice('schedule', config.schedule, SCHEDULES)
+  _check_choice('matmul_precision', config.matmul_precision, MATMUL_PRECISIONS)
   for field in ('batch_size', 'eval_batch_size', 'num_train_steps', 'max_length', 'eval_every',
                 'checkpoint_every', 'log_every', 'learning_rate', 'model.dim', 'model.num_heads',
                 'model.num_layers', 'model.ffn_dim', 'model.classifier_dim'):

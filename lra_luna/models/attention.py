@@ -3,9 +3,14 @@
 Every self-attention module here has the same call signature,
 `module(x, mask, *, deterministic, rngs) -> y`, with x [B, n, D], mask [B, n] (True = real token)
 and y [B, n, D]; Luna's `LunaAttention` also takes and returns the extra sequence P.
-Softmax is always computed in float32, whatever the compute dtype.
+Softmax is always computed in float32, whatever the compute dtype, and every attention product
+(scores q k^T and probabilities x values) accumulates in float32 (`einsum32`): float16 scores of
+a few hundred per feature would overflow to inf before any cast. The probabilities are then kept
+in the compute dtype (the [B, H, n, n] tensor the backward pass keeps is 16-bit under
+bfloat16/float16).
 """
 
+import contextlib
 import math
 
 import jax
@@ -52,7 +57,7 @@ def project_together(x: jax.Array, layers) -> list:
   kernel = jnp.concatenate([layer.kernel[...] for layer in distinct], axis=1)
   bias = jnp.concatenate([layer.bias[...] for layer in distinct], axis=0)
   dtype = distinct[0].dtype or x.dtype
-  y = dense(x.astype(dtype), kernel.astype(dtype), bias.astype(dtype))
+  y = dense(x.astype(dtype), kernel, bias)  # float32 parameters, cast inside
   outputs = jnp.split(y, len(distinct), axis=-1)
   result = []
   for layer in layers:
@@ -72,6 +77,11 @@ def merge_heads(x: jax.Array) -> jax.Array:
   return x.transpose(0, 2, 1, 3).reshape(b, n, h * d)
 
 
+def einsum32(spec: str, *operands) -> jax.Array:
+  """jnp.einsum accumulating in float32 whatever the operands' dtype (float32 result)."""
+  return jnp.einsum(spec, *operands, preferred_element_type=jnp.float32)
+
+
 def masked_softmax(scores: jax.Array, key_mask: jax.Array | None) -> jax.Array:
   """Softmax over the last axis in float32; key_mask [B, k] (True = attend) broadcasts over heads."""
   scores = scores.astype(jnp.float32)
@@ -80,20 +90,90 @@ def masked_softmax(scores: jax.Array, key_mask: jax.Array | None) -> jax.Array:
   return jax.nn.softmax(scores, axis=-1)
 
 
+# ----------------------------------------------------------------------------------------------
+# The fused Transformer: which kernel jax.nn.dot_product_attention runs.
+# ----------------------------------------------------------------------------------------------
+_TARGET_PLATFORM = []  # Stack of platforms set by `target_platform`; empty: the default backend.
+
+
+@contextlib.contextmanager
+def target_platform(platform: str):
+  """Models traced inside choose their fused-attention kernel for `platform` ('cpu', 'cuda',
+  'tpu', ...) instead of JAX's default backend: for lowering with jax.export for another
+  platform than this machine's."""
+  _TARGET_PLATFORM.append(platform)
+  try:
+    yield
+  finally:
+    _TARGET_PLATFORM.pop()
+
+
+def current_platform() -> str:
+  """The platform models are traced for: the innermost `target_platform`, else JAX's backend."""
+  return _TARGET_PLATFORM[-1] if _TARGET_PLATFORM else jax.default_backend()
+
+
+def fused_implementation(platform: str, dtype, head_dim: int | None = None) -> str:
+  """The kernel of the 'fused' softmax attention: 'cudnn' (cuDNN's flash attention) on an NVIDIA
+  GPU ('gpu' or 'cuda') with bfloat16 or float16 compute and a head dim that is a multiple of 8
+  and at most 128 (cuDNN's limits before Hopper), else 'xla' (XLA's attention ops)."""
+  if platform not in ('gpu', 'cuda') or jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
+    return 'xla'
+  if head_dim is not None and (head_dim % 8 or head_dim > 128):
+    return 'xla'
+  return 'cudnn'
+
+
+def attention_implementation(attention: str, implementation: str, platform: str, dtype) -> str:
+  """What a run's attention ran as, for results and profiles: the fused softmax attention's
+  kernel ('cudnn' | 'xla'), else the configured implementation ('vanilla')."""
+  if attention == 'softmax' and implementation == 'fused':
+    return fused_implementation(platform, dtype)
+  return implementation
+
+
+def pad_to_even(x: jax.Array, axis: int = 1) -> jax.Array:
+  """x with one zero row appended along `axis` when its length there is odd (cuDNN's kernel
+  needs even lengths; the row is masked as a key, and dropped as a query)."""
+  if x.shape[axis] % 2 == 0:
+    return x
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, 1)
+  return jnp.pad(x, widths)
+
+
+def cudnn_attention(q, k, v, mask) -> jax.Array:
+  """softmax(q k^T / sqrt(d)) v with cuDNN's fused kernel; q [B, m, H, d], k/v [B, n, H, d],
+  mask [B, n] True for a prefix of real keys (padding at the end, as every batch of the suite).
+  The key mask is passed as per-sequence key lengths, the query rows past them (padding) give 0,
+  and both lengths are padded to even."""
+  # Under vmap (the seeds) JAX's batching rule of the cuDNN call folds the vmapped axis into the
+  # batch of q and of the lengths alike, so the lengths must be batched whenever q is.
+  batched_as_q = jax.lax.stop_gradient(q[:, 0, 0, 0]).astype(jnp.int32) * 0
+  key_lengths = jnp.sum(mask, axis=-1, dtype=jnp.int32) + batched_as_q
+  y = jax.nn.dot_product_attention(
+      pad_to_even(q), pad_to_even(k), pad_to_even(v), implementation='cudnn',
+      query_seq_lengths=jnp.minimum(key_lengths, q.shape[1]), key_value_seq_lengths=key_lengths)
+  return y[:, :q.shape[1]]
+
+
 def scaled_dot_product(query, key, value, key_mask, dropout: Dropout, *, deterministic,
                        rngs) -> jax.Array:
   """softmax(q k^T) v with q already scaled; q [B,h,m,d], k/v [B,h,n,d] -> [B,h,m,d]."""
-  scores = jnp.einsum('bhmd,bhnd->bhmn', query, key)
-  probs = dropout(masked_softmax(scores, key_mask), deterministic=deterministic, rngs=rngs)
-  return jnp.einsum('bhmn,bhnd->bhmd', probs.astype(value.dtype), value)
+  scores = einsum32('bhmd,bhnd->bhmn', query, key)
+  probs = masked_softmax(scores, key_mask).astype(value.dtype)  # Kept in the compute dtype.
+  probs = dropout(probs, deterministic=deterministic, rngs=rngs)
+  return einsum32('bhmn,bhnd->bhmd', probs, value).astype(value.dtype)
 
 
 class SoftmaxAttention(nnx.Module):
   """Multi-head softmax attention (Vaswani et al. 2017), the Transformer baseline.
 
   implementation: 'vanilla' forms the [B, H, n, n] attention matrix (the LRA/Luna protocol);
-  'fused' calls `jax.nn.dot_product_attention`, which uses a fused (flash) kernel where the
-  backend has one. 'fused' has no attention dropout (the fused kernels do not support it).
+  'fused' calls `jax.nn.dot_product_attention` with the kernel `fused_implementation` picks for
+  the platform traced for: cuDNN's flash attention on an NVIDIA GPU with 16-bit compute, XLA's
+  attention elsewhere (same values). 'fused' has no attention dropout (the fused kernels do not
+  support it).
   """
 
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
@@ -125,7 +205,11 @@ class SoftmaxAttention(nnx.Module):
     if self.implementation == 'fused':
       # dot_product_attention takes [B, n, H, d] and applies the 1/sqrt(d) scale itself.
       heads = lambda y: y.reshape(*y.shape[:2], self.num_heads, head_dim)
-      y = jax.nn.dot_product_attention(heads(q), heads(k), heads(v), mask=mask[:, None, None, :])
+      if fused_implementation(current_platform(), q.dtype, head_dim) == 'cudnn':
+        y = cudnn_attention(heads(q), heads(k), heads(v), mask)
+      else:
+        y = jax.nn.dot_product_attention(heads(q), heads(k), heads(v),
+                                         mask=mask[:, None, None, :], implementation='xla')
       return self.out(y.reshape(queries.shape))
     q = split_heads(q, self.num_heads) * head_dim**-0.5
     k = split_heads(k, self.num_heads)

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_luna.models.attention import (merge_heads, projection, projection_init, scaled_dot_product,
-                                split_heads)
+from lra_luna.models.attention import (einsum32, merge_heads, projection, projection_init,
+                                       scaled_dot_product, split_heads)
 from lra_luna.models.dropout import Dropout
 
 
@@ -102,8 +102,8 @@ class LinformerAttention(_QKVOutAttention):
     v = jnp.where(real, v, 0)
     e = self.key_length_proj[...][:, :n].astype(k.dtype)
     f = self.value_length_proj[...][:, :n].astype(v.dtype)
-    k = jnp.einsum('kn,bhnd->bhkd', e, k)
-    v = jnp.einsum('kn,bhnd->bhkd', f, v)
+    k = einsum32('kn,bhnd->bhkd', e, k).astype(k.dtype)
+    v = einsum32('kn,bhnd->bhkd', f, v).astype(v.dtype)
     # The projected_length slots are all real: no key mask.
     y = scaled_dot_product(q, k, v, None, self.dropout, deterministic=deterministic, rngs=rngs)
     return self.out(merge_heads(y))

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lra_luna.models.attention import MASKED_SCORE, merge_heads, projection_init
+from lra_luna.models.attention import MASKED_SCORE, einsum32, merge_heads, projection_init
 from lra_luna.models.baselines import RandomFeatures, _QKVOutAttention, check_option, is_count
 from lra_luna.models.dropout import Dropout
 
@@ -68,10 +68,10 @@ def _from_blocks(y: jax.Array, n: int) -> jax.Array:
 def _attend(q, k, v, key_mask, dropout: Dropout, *, deterministic, rngs) -> jax.Array:
   """softmax(q k^T) v with q pre-scaled: q [..., m, d], k/v [..., s, d], key_mask broadcastable
   to [..., m, s] (True = attend). Softmax in float32; a row with no key left stays finite."""
-  scores = jnp.einsum('...md,...sd->...ms', q, k).astype(jnp.float32)
+  scores = einsum32('...md,...sd->...ms', q, k)
   scores = jnp.where(key_mask, scores, MASKED_SCORE)
   probs = dropout(jax.nn.softmax(scores, axis=-1), deterministic=deterministic, rngs=rngs)
-  return jnp.einsum('...ms,...sd->...md', probs.astype(v.dtype), v)
+  return einsum32('...ms,...sd->...md', probs.astype(v.dtype), v).astype(v.dtype)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import numpy as np
 from flax import nnx
 
 from lra_luna.models import attention as attention_lib
-from lra_luna.models.linear import Linear, kernel_gradient
+from lra_luna.models.linear import Linear, kernel_gradient, matmul
 
 LAYER_NORM_EPS = 1e-5  # The Luna reference's (and PyTorch's) default.
 
@@ -45,13 +45,14 @@ def gelu_slope(x):
 
 @jax.custom_vjp
 def gelu_then_project(hidden, kernel, bias):
-  """gelu(hidden) @ kernel + bias; the backward pass keeps only hidden and gelu(hidden)."""
-  return jnp.dot(gelu(hidden), kernel) + bias
+  """gelu(hidden) @ kernel + bias in hidden's dtype (kernel and bias cast to it, products
+  accumulated in float32); the backward pass keeps only hidden and gelu(hidden)."""
+  return matmul(gelu(hidden), kernel) + bias.astype(hidden.dtype)
 
 
 def _gelu_then_project_forward(hidden, kernel, bias):
   activation = gelu(hidden)
-  return jnp.dot(activation, kernel) + bias, (hidden, activation, kernel)
+  return matmul(activation, kernel) + bias.astype(hidden.dtype), (hidden, activation, kernel)
 
 
 def _gelu_then_project_backward(residuals, grad_out):
@@ -59,10 +60,10 @@ def _gelu_then_project_backward(residuals, grad_out):
   # One 2-D matmul over the flattened rows: contracting the batch and length axes together
   # (einsum '...i,...o->io') made XLA recompute GELU inside a transposing copy, the costliest
   # elementwise op of the CPU step.
-  grad_kernel = kernel_gradient(activation, grad_out)
-  grad_bias = grad_out.reshape(-1, grad_out.shape[-1]).sum(0)
-  grad_hidden = jnp.dot(grad_out, kernel.T) * gelu_slope(hidden)
-  return grad_hidden, grad_kernel, grad_bias
+  grad_kernel = kernel_gradient(activation, grad_out).astype(kernel.dtype)
+  grad_bias = grad_out.reshape(-1, grad_out.shape[-1]).sum(0, dtype=jnp.float32)
+  grad_hidden = matmul(grad_out, kernel.T) * gelu_slope(hidden)
+  return grad_hidden, grad_kernel, grad_bias.astype(kernel.dtype)
 
 
 gelu_then_project.defvjp(_gelu_then_project_forward, _gelu_then_project_backward)
@@ -78,8 +79,7 @@ class FeedForward(nnx.Module):
 
   def __call__(self, x):
     hidden = self.up(x)
-    return gelu_then_project(hidden, self.down.kernel[...].astype(hidden.dtype),
-                             self.down.bias[...].astype(hidden.dtype))
+    return gelu_then_project(hidden, self.down.kernel[...], self.down.bias[...])
 
 
 # ----------------------------------------------------------------------------------------------

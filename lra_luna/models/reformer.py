@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_luna.models.attention import MASKED_SCORE, merge_heads, projection, split_heads
+from lra_luna.models.attention import (MASKED_SCORE, einsum32, merge_heads, projection,
+                                       split_heads)
 from lra_luna.models.baselines import RandomFeatures, check_option, is_count
 from lra_luna.models.dropout import Dropout
 
@@ -161,7 +162,7 @@ class ReformerAttention(nnx.Module):
       k_chunks = jnp.concatenate([k_chunks, previous(k_chunks)], axis=3)
       v_chunks = jnp.concatenate([v_chunks, previous(v_chunks)], axis=3)
 
-    scores = jnp.einsum('bhtid,bhtjd->bhtij', q_chunks, k_chunks).astype(jnp.float32)
+    scores = einsum32('bhtid,bhtjd->bhtij', q_chunks, k_chunks)
     if self.mask_self:
       is_self = positions[..., :, None] == key_positions[..., None, :]
       scores = jnp.where(is_self, scores - SELF_PENALTY, scores)
@@ -169,7 +170,7 @@ class ReformerAttention(nnx.Module):
     log_normaliser = jax.nn.logsumexp(scores, axis=-1)  # [B, H, chunks, c]
     probs = jax.nn.softmax(scores, axis=-1)
     probs = self.dropout(probs, deterministic=deterministic, rngs=rngs)
-    y = jnp.einsum('bhtij,bhtjd->bhtid', probs.astype(v.dtype), v_chunks)
+    y = einsum32('bhtij,bhtjd->bhtid', probs.astype(v.dtype), v_chunks).astype(v.dtype)
 
     # Undo the sort: the item of sorted slot s of round r is position order[r, s].
     y = y.reshape(b, heads, rounds, padded, self.head_dim)

@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lra_luna.models.attention import MASKED_SCORE, merge_heads, projection, split_heads
+from lra_luna.models.attention import (MASKED_SCORE, einsum32, merge_heads, projection,
+                                       split_heads)
 from lra_luna.models.baselines import _QKVOutAttention, check_option, is_count
 from lra_luna.models.dropout import Dropout
 
@@ -41,15 +42,15 @@ def _softmax_over_parts(parts, dropout: Dropout, *, deterministic: bool, rngs):
 def _attend_all(q_row, k, v, key_allowed, dropout: Dropout, *, deterministic: bool, rngs):
   """Attention of one query row per example over all keys (O(n)): q_row [B, H, d] (scaled),
   k, v [B, H, n, d], key_allowed broadcasting to [B, H, n] -> [B, H, 1, d]."""
-  scores = jnp.einsum('bhd,bhkd->bhk', q_row, k)
+  scores = einsum32('bhd,bhkd->bhk', q_row, k)
   (probs,) = _softmax_over_parts([(scores, key_allowed)], dropout, deterministic=deterministic,
                                  rngs=rngs)
-  return jnp.einsum('bhk,bhkd->bhd', probs.astype(v.dtype), v)[:, :, None]
+  return einsum32('bhk,bhkd->bhd', probs.astype(v.dtype), v).astype(v.dtype)[:, :, None]
 
 
 def _add_cls_key(parts: list, values: list, qb, k, v, mask) -> None:
   """Appends key 0 ([CLS]) as one more key of every blocked query row qb [B, H, nb, q, d]."""
-  parts.append((jnp.einsum('bhnqd,bhd->bhnq', qb, k[:, :, 0])[..., None],
+  parts.append((einsum32('bhnqd,bhd->bhnq', qb, k[:, :, 0])[..., None],
                 mask[:, None, None, None, :1]))
   values.append(('bhnqc,bhcd->bhnqd', v[:, :, :1]))
 
@@ -58,8 +59,8 @@ def _attend_parts(parts: list, values: list, dropout: Dropout, run: dict):
   """One softmax over the parts' keys (`_softmax_over_parts`), each part's probabilities
   applied to its values ((einsum spec, value) per part) and summed."""
   probs = _softmax_over_parts(parts, dropout, **run)
-  return sum(jnp.einsum(spec, p.astype(value.dtype), value)
-             for p, (spec, value) in zip(probs, values))
+  return sum(einsum32(spec, p.astype(value.dtype), value)
+             for p, (spec, value) in zip(probs, values)).astype(values[0][1].dtype)
 
 
 def _to_blocks(t, length: int, block: int, front: int = 0):
@@ -162,7 +163,7 @@ class SparseTransformerAttention(_QKVOutAttention):
     own_allowed = key_mask[:, None, :, None, :]
     if self.causal:
       own_allowed = own_allowed & np.tril(np.ones((block, block), bool))
-    parts = [(jnp.einsum('bhnqd,bhnkd->bhnqk', qb, kb), own_allowed)]
+    parts = [(einsum32('bhnqd,bhnkd->bhnqk', qb, kb), own_allowed)]
     values = [('bhnqk,bhnkd->bhnqd', vb)]
 
     # (b) summary columns of the other blocks: [B, H, blocks, block, blocks * (c+1)].
@@ -174,7 +175,7 @@ class SparseTransformerAttention(_QKVOutAttention):
       # Causal: t' <= t for a key of another block means an earlier block.
       other = key_block < query_block if self.causal else key_block != query_block
       summary_mask = key_mask[:, :, offsets].reshape(b, 1, 1, 1, -1)
-      parts.append((jnp.einsum('bhnqd,bhsd->bhnqs', qb, gather(kb)),
+      parts.append((einsum32('bhnqd,bhsd->bhnqs', qb, gather(kb)),
                     summary_mask & other[None, None, :, None, :]))
       values.append(('bhnqs,bhsd->bhnqd', gather(vb)))
 
@@ -292,7 +293,7 @@ class LongformerAttention(_QKVOutAttention):
     offset = np.arange(span)[None, :] - before * block - np.arange(block)[:, None]
     in_window = (offset >= -left) & (offset <= right)
     allowed = neighbourhood(key_mask)[:, None, :, None, :] & in_window
-    parts = [(jnp.einsum('bhnqd,bhnkd->bhnqk', qb, neighbourhood(kb)), allowed)]
+    parts = [(einsum32('bhnqd,bhnkd->bhnqk', qb, neighbourhood(kb)), allowed)]
     values = [('bhnqk,bhnkd->bhnqd', neighbourhood(vb))]
     if self.global_cls:  # Key 0 precedes every row, so causal keeps it.
       _add_cls_key(parts, values, qb, k, v, mask)

@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_luna.models.attention import masked_softmax, merge_heads, projection, split_heads
+from lra_luna.models.attention import (einsum32, masked_softmax, merge_heads, projection,
+                                       split_heads)
 from lra_luna.models.baselines import check_option, is_count
 from lra_luna.models.dropout import Dropout
 from lra_luna.models.linear import Linear
@@ -109,12 +110,12 @@ class SynthesizerAttention(nnx.Module):
     if self.dot_product:
       q = split_heads(self.query(x), self.num_heads) * self.head_dim**-0.5
       k = split_heads(self.key(x), self.num_heads)
-      scores = scores + jnp.einsum('bhnd,bhmd->bhnm', q, k).astype(jnp.float32)
+      scores = scores + einsum32('bhnd,bhmd->bhnm', q, k)
     scores = jnp.broadcast_to(scores, (x.shape[0],) + scores.shape[1:])
     return masked_softmax(scores, mask)
 
   def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
     probs = self.dropout(self.attention_weights(x, mask), deterministic=deterministic, rngs=rngs)
     v = split_heads(self.value(x), self.num_heads)
-    y = jnp.einsum('bhnm,bhmd->bhnd', probs.astype(v.dtype), v)
+    y = einsum32('bhnm,bhmd->bhnd', probs.astype(v.dtype), v).astype(v.dtype)
     return self.out(merge_heads(y))

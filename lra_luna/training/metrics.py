@@ -101,8 +101,16 @@ class TrainingMonitor:
     values = {k: np.stack([np.asarray(v[k]) for v in jax.device_get(self._pending)], axis=1)
               for k in self._pending[0]}  # name -> [seeds, steps]
     self._pending = []
+    # Steps that dynamic loss scaling skipped (float16) are counted, not averaged or refused.
+    skipped = values.pop('skipped_steps', np.zeros_like(values['train_loss'])) > 0
     for i, seed in enumerate(self.seeds):
-      if not all(np.isfinite(values[k][i]).all() for k in ('train_loss', 'grad_norm')):
+      if skipped[i].all() and values['loss_scale'][i].min() <= 1:  # Scaling cannot help.
+        raise run_folder.TrainingError(
+            f'Every float16 step (seed {seed}) before step {step} overflowed, down to loss scale '
+            '1. The last good checkpoint is kept; train in bfloat16 or float32 '
+            '(--config.model.dtype) or lower config.learning_rate, then rerun.')
+      kept = ~skipped[i]
+      if not all(np.isfinite(values[k][i][kept]).all() for k in ('train_loss', 'grad_norm')):
         raise run_folder.TrainingError(
             f'Non-finite loss or gradient (seed {seed}) before step {step}: train_loss '
             f'{values["train_loss"][i].tolist()}, grad_norm {values["grad_norm"][i].tolist()}. '
@@ -112,10 +120,15 @@ class TrainingMonitor:
     speed = (step - self._last_log[0]) / max(now - self._last_log[1], 1e-9)
     self._last_log = (step, now)
     for i, writer in enumerate(self.writers):
-      mean = {k: float(np.mean(v[i])) for k, v in values.items()}
+      rows = ~skipped[i] if not skipped[i].all() else slice(None)
+      mean = {k: float(np.mean(v[i][rows])) for k, v in values.items()}
+      if 'loss_scale' in values:  # The steps skipped since the last line, and the scale now.
+        mean.update(skipped_steps=int(skipped[i].sum()),
+                    loss_scale=float(values['loss_scale'][i, -1]))
       writer.write_scalars(step, {**mean, 'steps_per_s': speed,
                                   'learning_rate': float(self.schedule(step))})
-    self._show(step, float(np.mean(values['train_loss'])), now)  # the mean written, over seeds
+    self._show(step, float(np.mean(values['train_loss'][~skipped] if not skipped.all()
+                                   else values['train_loss'])), now)  # the mean written, over seeds
 
   def _show(self, step: int, loss: float, now: float) -> None:
     """The progress: the loss just written to metrics.jsonl (seed mean), speed and time left."""

@@ -2,8 +2,9 @@
 the train state, the optimizer and its schedule, the train and eval steps, the evaluator and the
 device mesh. `train` (the loop), `evaluate`, `predict`, `profile` and `sweep` import this module.
 
-The state is a plain pytree {'params', 'constants', 'opt_state', 'step'}; several seeds train as
-a stack of states (a leading seed axis, steps vmapped over it).
+The state is a plain pytree {'params', 'constants', 'opt_state', 'step'}, plus 'loss_scale'
+when the model computes in float16 (dynamic loss scaling); several seeds train as a stack of
+states (a leading seed axis, steps vmapped over it).
 """
 
 import functools
@@ -18,6 +19,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from lra_luna import config_lib
 from lra_luna.datasets import input_pipeline
+from lra_luna.models import attention
 from lra_luna.models import classifier as models
 from lra_luna.models import s4d
 from lra_luna.models.model_config import ModelConfig
@@ -28,6 +30,25 @@ def model_config(config, data) -> ModelConfig:
   """The checked, typed config.model, with the fields that come from the data filled in."""
   return ModelConfig.from_config(config.model, vocab_size=data.vocab_size,
                                  num_classes=data.num_classes, max_length=config.max_length)
+
+
+def matmul_precision(name: str):
+  """The context in which a run traces its steps: jax.default_matmul_precision(name) for a
+  config_lib.MATMUL_PRECISIONS name ('default' is JAX's own: TF32 for float32 matmuls on recent
+  NVIDIA GPUs, bfloat16 passes on TPUs; 'highest' true float32)."""
+  return jax.default_matmul_precision(name)
+
+
+def precision_record(config) -> dict:
+  """What results.json['precision'] records of a run's numerics: the compute dtype, whether
+  float16 loss scaling ran, the matmul precision, the platform and the attention
+  implementation that ran (the fused Transformer: 'cudnn' or 'xla')."""
+  platform = jax.default_backend()
+  return {'dtype': config.model.dtype, 'loss_scaling': uses_loss_scaling(config.model),
+          'matmul_precision': config.matmul_precision, 'platform': platform,
+          'attention_implementation': attention.attention_implementation(
+              config.model.attention, config.model.attention_implementation, platform,
+              config.model.dtype)}
 
 
 def majority_rate(targets) -> float:
@@ -77,7 +98,43 @@ def parameter_groups(params):
 
 
 # ----------------------------------------------------------------------------------------------
-# Steps. State = {'params', 'constants', 'opt_state', 'step'}: a plain pytree.
+# Dynamic loss scaling (float16 compute), fairseq --fp16's scheme: the loss is multiplied by the
+# scale before the backward pass so that small float16 gradients do not flush to zero; a step
+# whose gradients overflow is skipped and the scale halved; after LOSS_SCALE_PERIOD finite steps
+# in a row it doubles.
+# ----------------------------------------------------------------------------------------------
+INITIAL_LOSS_SCALE = 2.0**15
+LOSS_SCALE_PERIOD = 2000
+MIN_LOSS_SCALE = 1.0
+
+
+def uses_loss_scaling(model_cfg) -> bool:
+  """Whether a model's training uses dynamic loss scaling: float16 compute (the `fp16` word)."""
+  return model_cfg.dtype == 'float16'
+
+
+def initial_loss_scale() -> dict:
+  """{'scale': the float32 scale, 'good_steps': finite steps in a row since it last changed}."""
+  return {'scale': jnp.asarray(INITIAL_LOSS_SCALE, jnp.float32),
+          'good_steps': jnp.zeros((), jnp.int32)}
+
+
+def next_loss_scale(loss_scale: dict, finite) -> dict:
+  """Halved (down to MIN_LOSS_SCALE) after a non-finite step; doubled after LOSS_SCALE_PERIOD
+  finite steps in a row."""
+  good_steps = jnp.where(finite, loss_scale['good_steps'] + 1, 0)
+  grow = good_steps >= LOSS_SCALE_PERIOD
+  scale = jnp.where(finite, jnp.where(grow, loss_scale['scale'] * 2, loss_scale['scale']),
+                    jnp.maximum(loss_scale['scale'] / 2, MIN_LOSS_SCALE))
+  return {'scale': scale, 'good_steps': jnp.where(grow, 0, good_steps)}
+
+
+def all_finite(tree) -> jax.Array:
+  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Steps. State = {'params', 'constants', 'opt_state', 'step'[, 'loss_scale']}: a plain pytree.
 # ----------------------------------------------------------------------------------------------
 def weighted_cross_entropy(logits, targets, weights):
   """Sums of loss, correct predictions and weights over a batch (weights mask padding rows)."""
@@ -87,22 +144,41 @@ def weighted_cross_entropy(logits, targets, weights):
 
 
 def train_step(state, batch, dropout_key, *, graphdef, tx):
-  """One AdamW step on the mean cross-entropy; dropout keys are explicit (folded with the step)."""
+  """One AdamW step on the mean cross-entropy; dropout keys are explicit (folded with the step).
+
+  With a 'loss_scale' in the state (float16) the loss is scaled before the backward pass and the
+  gradients unscaled after it; a step with a non-finite gradient leaves the parameters and the
+  optimizer state as they were (metrics 'skipped_steps' 1, 'loss_scale' the scale it used).
+  """
   rngs_key = jax.random.fold_in(dropout_key, state['step'])
+  scale = state['loss_scale']['scale'] if 'loss_scale' in state else None
 
   def loss_fn(params):
     model = nnx.merge(graphdef, params, state['constants'])
     logits = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=rngs_key))
     loss, correct, count = weighted_cross_entropy(logits, batch['targets'],
                                                   jnp.ones_like(batch['targets'], jnp.float32))
-    return loss / count, correct / count
+    mean = loss / count
+    return (mean if scale is None else mean * scale), (mean, correct / count)
 
-  (loss, accuracy), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
+  (_, (loss, accuracy)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
+  if scale is not None:
+    grads = jax.tree.map(lambda g: g / scale, grads)
   updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
   params = optax.apply_updates(state['params'], updates)
   metrics = {'train_loss': loss, 'train_accuracy': accuracy,
              'grad_norm': optax.tree.norm(grads), 'param_norm': optax.tree.norm(params)}
-  return dict(state, params=params, opt_state=opt_state, step=state['step'] + 1), metrics
+  new_state = dict(state, params=params, opt_state=opt_state, step=state['step'] + 1)
+  if scale is None:
+    return new_state, metrics
+  finite = all_finite(grads)
+  keep = lambda new, old: jnp.where(finite, new, old)  # A skipped step changes nothing.
+  new_state.update(params=jax.tree.map(keep, params, state['params']),
+                   opt_state=jax.tree.map(keep, opt_state, state['opt_state']),
+                   loss_scale=next_loss_scale(state['loss_scale'], finite))
+  metrics.update(param_norm=optax.tree.norm(new_state['params']), loss_scale=scale,
+                 skipped_steps=1.0 - finite.astype(jnp.float32))
+  return new_state, metrics
 
 
 def init_state(model_cfg: ModelConfig, seed: int, tx):
@@ -112,6 +188,8 @@ def init_state(model_cfg: ModelConfig, seed: int, tx):
   params, constants = nnx.to_pure_dict(params), nnx.to_pure_dict(constants)
   state = {'params': params, 'constants': constants, 'opt_state': tx.init(params),
            'step': jnp.zeros((), jnp.int32)}
+  if uses_loss_scaling(model_cfg):
+    state['loss_scale'] = initial_loss_scale()  # Saved and restored with the state.
   return graphdef, state, models.count_params(model)
 
 
@@ -119,6 +197,13 @@ def eval_step(params, constants, batch, *, graphdef):
   model = nnx.merge(graphdef, params, constants)
   logits = model(batch, deterministic=True)
   return weighted_cross_entropy(logits, batch['targets'], batch['weights'])
+
+
+def eval_batch_size(config) -> int:
+  """config.eval_batch_size rounded up to a multiple of the devices: the added rows are padding
+  of weight 0, so the metrics are those of the configured batch (250 runs as 256 on 8 devices)."""
+  devices = jax.device_count()
+  return -(-config.eval_batch_size // devices) * devices
 
 
 def make_evaluator(config, graphdef, mesh):
@@ -132,7 +217,7 @@ def make_evaluator(config, graphdef, mesh):
   def evaluate(stacked_state, arrays, on_batch=None):
     totals = 0.0
     num_batches = num_eval_batches(config, arrays)
-    for i, batch in enumerate(input_pipeline.eval_batches(arrays, config.eval_batch_size)):
+    for i, batch in enumerate(input_pipeline.eval_batches(arrays, eval_batch_size(config))):
       if i >= num_batches:
         break
       sums = eval_fn(stacked_state['params'], stacked_state['constants'],
@@ -164,16 +249,28 @@ def checkpoint_metrics(step: int, val: dict, test: dict, index: int) -> dict:
 # ----------------------------------------------------------------------------------------------
 # Devices: data parallel over every device of every process.
 # ----------------------------------------------------------------------------------------------
+def local_device_ids() -> list[int] | None:
+  """The devices of this process on its node in a multi-process run started by hand:
+  $JAX_LOCAL_DEVICE_IDS ('0,1'), else [$LOCAL_RANK] (one device per process, as JAX itself
+  assigns under SLURM and Open MPI), else None: one process per node, with all its devices."""
+  if os.environ.get('JAX_LOCAL_DEVICE_IDS'):
+    return [int(i) for i in os.environ['JAX_LOCAL_DEVICE_IDS'].split(',')]
+  if os.environ.get('LOCAL_RANK'):
+    return [int(os.environ['LOCAL_RANK'])]
+  return None
+
+
 def maybe_initialize_distributed():
   """Joins a multi-process run when the launcher says so: JAX_COORDINATOR_ADDRESS with
-  JAX_NUM_PROCESSES and JAX_PROCESS_ID, or a cluster JAX detects itself (SLURM, Open MPI)."""
+  JAX_NUM_PROCESSES and JAX_PROCESS_ID (each process on its `local_device_ids`), or a cluster
+  JAX detects itself (SLURM, Open MPI: one device per process)."""
   if os.environ.get('JAX_COORDINATOR_ADDRESS'):
     # CPU processes (tests, CPU clusters) exchange collectives through gloo.
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
     jax.distributed.initialize(
         os.environ['JAX_COORDINATOR_ADDRESS'],
         num_processes=int(os.environ['JAX_NUM_PROCESSES']),
-        process_id=int(os.environ['JAX_PROCESS_ID']))
+        process_id=int(os.environ['JAX_PROCESS_ID']), local_device_ids=local_device_ids())
   elif int(os.environ.get('SLURM_NTASKS', '1')) > 1 or int(os.environ.get('OMPI_COMM_WORLD_SIZE', '1')) > 1:
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
     jax.distributed.initialize()
