@@ -184,6 +184,9 @@ def test_quick_listops_runs_on_8_devices_with_eval_batch_250(tmp_path):
   assert eight['last']['test_examples'] == one['last']['test_examples'] == num_test
   for key in ('val_accuracy', 'test_accuracy', 'val_loss', 'test_loss'):
     assert eight[key] == pytest.approx(one[key], rel=1e-4, abs=1e-4), key
+  assert eight['precision'] == {'dtype': 'float32', 'loss_scaling': False, 'platform': 'cpu',
+                                'matmul_precision': 'default',
+                                'attention_implementation': 'vanilla'}
 
 
 def test_eval_batch_rounds_up_to_a_multiple_of_the_devices(monkeypatch):

@@ -95,7 +95,10 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
   with StopSignals() as stop:
     try:
       done = None if overwrite else finished_results(runs)
-      return done if done is not None else run_phases(config, runs, overwrite, stop)
+      if done is not None:
+        return done
+      with steps.matmul_precision(config.matmul_precision):  # Read when the steps are traced.
+        return run_phases(config, runs, overwrite, stop)
     except StopRequested as e:  # Stopped at once: say what ran and what the folder holds.
       raise Interrupted(e.signal_name, stop.doing(config), saved_on_disk(runs),
                         saved_step=run_folder.saved_step(runs[0].workdir, 'latest')) from None
@@ -385,7 +388,7 @@ def final_results(config, runs, state, data, evaluate, label, num_params, monito
                'protocol': config.protocol,
                'seed': int(run.seed), 'num_params': num_params, 'steps': total,
                'test_majority_rate': steps.majority_rate(data.splits['test']['targets']),
-               'data': data_record(config, data)}
+               'data': data_record(config, data), 'precision': steps.precision_record(config)}
     for name, (val, test) in sections.items():
       results[name] = steps.checkpoint_metrics(
           total if name == 'last' else run.best['step'], val, test, i)
