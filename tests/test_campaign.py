@@ -285,6 +285,8 @@ def test_estimate_without_a_device_size_is_one_line(tmp_path, env, capsys):
     ('seed=3', "error: --override 'seed=3': expected KEY=VALUE with a key other than seed and "
                'model.head (the spec sets those: seeds, heads).'),
     ('num_train_steps', "error: --override 'num_train_steps': expected KEY=VALUE"),
+    ('num_train_steps=abc', "error: --override 'num_train_steps=abc': flag "
+                            "--config.num_train_steps=abc: invalid literal for int()"),
 ])
 def test_bad_override_is_one_line(tmp_path, env, capsys, item, expected):
   spec = write_spec(tmp_path / 'spec.py')

@@ -105,17 +105,16 @@ def config_spec(task: str, model: str, protocol: str, variant: str = '') -> str:
 
 def add_overrides(spec, overrides: list[str]) -> None:
   """Appends `--override KEY=VALUE` items to spec.overrides (so campaign.json and the report show
-  them), each checked against every task's config: one line naming the item otherwise."""
+  them), each built into every task's config first: one line naming the item if it fails."""
   for item in overrides:
     key = item.split('=', 1)[0]
     if '=' not in item or key in ('seed', 'model.head'):
       raise CampaignError(f'--override {item!r}: expected KEY=VALUE with a key other than seed '
                           'and model.head (the spec sets those: seeds, heads).')
-    for task in spec.tasks:
-      config = config_lib.load_config(config_spec(task, spec.models[0], spec.protocol,
-                                                  spec.variant))
+    for task in spec.tasks:  # Its key and the type of its value, in every task's config.
       try:
-        config_lib.check_override_keys(config, [key])
+        config_lib.load_config(config_spec(task, spec.models[0], spec.protocol, spec.variant),
+                               [f'--config.{item}'])
       except ValueError as e:
         raise CampaignError(f'--override {item!r}: {e}') from None
   spec.overrides = [*spec.overrides, *overrides]
