@@ -23,6 +23,7 @@ from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec
 
 from lra_luna import cli
+from lra_luna import console
 from lra_luna import config_lib
 from lra_luna import datasets
 from lra_luna.training import checkpoints
@@ -91,9 +92,23 @@ def evaluate_workdir(workdir, wanted=None) -> dict:
     evaluate = evaluate or steps_lib.make_evaluator(config, graphdef, mesh)  # One compile for both.
     # A stack of one seed, replicated over the devices, as training evaluates.
     state = jax.device_put(steps_lib.stack_trees([state]), NamedSharding(mesh, PartitionSpec()))
-    results[name] = steps_lib.checkpoint_metrics(step, evaluate(state, data.splits['validation']),
-                                             evaluate(state, data.splits['test']), 0)
+    results[name] = steps_lib.checkpoint_metrics(
+        step, evaluate(state, data.splits['validation'], shown_progress(f'{name} validation')),
+        evaluate(state, data.splits['test'], shown_progress(f'{name} test')), 0)
   return results
+
+
+def shown_progress(desc: str):
+  """An evaluator's on_batch that shows the pass's progress as training does (console)."""
+  progress = None
+
+  def on_batch(done: int, total: int) -> None:
+    nonlocal progress
+    progress = progress or console.Progress(total, desc, 'batch', leave=False)
+    progress.update(1)
+    if done == total:
+      progress.close()
+  return on_batch
 
 
 def main(argv=None) -> int:

@@ -23,6 +23,8 @@ import argparse
 import dataclasses
 import json
 import pathlib
+import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -116,14 +118,32 @@ def latest_step(workdir: pathlib.Path) -> int:
 # ----------------------------------------------------------------------------------------------
 # Running.
 # ----------------------------------------------------------------------------------------------
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def run_command(command: list, log_path: pathlib.Path) -> int:
-  """Runs command with its output appended to log_path; returns its exit status."""
+  """Runs command with its output appended to log_path; returns its exit status. The run has a
+  session of its own, and SIGINT or SIGTERM to the sweep is passed on to it once each (Ctrl-C
+  reaches it once, not twice, which would stop it unsaved); a run stopped so stops the sweep
+  (train.StopRequested) after it has saved."""
   with log_path.open('a') as log:
-    return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+  previous = {s: signal.signal(s, lambda signum, _: process.send_signal(signum))
+              for s in STOP_SIGNALS}
+  try:
+    status = process.wait()
+  finally:
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+  if status in [128 + s for s in STOP_SIGNALS]:
+    raise train.StopRequested(signal.Signals(status - 128).name)
+  return status
 
 
 def run_sequential(runs: list[Run]) -> list[tuple]:
-  """One run_lra subprocess per run; returns (run, reason) of the failed ones."""
+  """One run_lra subprocess per run; returns (run, reason) of the failed ones. A run stopped by
+  a signal stops the sweep: train.Interrupted with that run's own line."""
   failures = []
   for i, run in enumerate(runs, 1):
     run.workdir.mkdir(parents=True, exist_ok=True)
@@ -131,7 +151,13 @@ def run_sequential(runs: list[Run]) -> list[tuple]:
                f'--workdir={run.workdir}', *run.flags]
     print(f'[{i}/{len(runs)}] {run.name}: running (log {run.log})', flush=True)
     start = time.time()
-    status = run_command(command, run.log)
+    try:
+      status = run_command(command, run.log)
+    except train.StopRequested as e:
+      lines = run.log.read_text().strip().splitlines()
+      said = lines[-1].partition('; resume with')[0] if lines else 'no line in its log'
+      raise train.Interrupted(e.signal_name, f'in run {run.name}',
+                              f'which said: "{said}"') from None
     if status:
       failures.append((run, f'exit status {status}'))
     print(f'[{i}/{len(runs)}] {run.name}: {"FAILED" if status else "done"} in '
@@ -158,6 +184,11 @@ def run_vmapped(runs: list[Run]) -> list[tuple]:
           log.write(traceback.format_exc())
         failures.append((run, f'{type(e).__name__}: {e}'))
   return failures
+
+
+def stop_at_once(signum, frame):
+  del frame
+  raise train.StopRequested(signal.Signals(signum).name)
 
 
 def write_learning_curves(runs: list[Run]) -> None:
@@ -192,7 +223,17 @@ def main(argv=None) -> int:
   parser.add_argument('--override', action='extend', nargs='+', default=[],
                       metavar='KEY=VALUE', help='config field overrides, e.g. num_train_steps=20')
   args = parser.parse_args(argv)
+  # Between runs a signal stops where the sweep is (train.StopRequested); restored at the end.
+  previous = {s: signal.signal(s, stop_at_once) for s in STOP_SIGNALS}
+  try:
+    return sweep(args, argv)
+  finally:
+    for s, handler in previous.items():
+      signal.signal(s, handler)
 
+
+def sweep(args, argv) -> int:
+  """The sweep of parsed arguments: plan, skip the finished runs, run the others, curves."""
   try:
     heads = [h for h in args.heads.split(',') if h]
     runs = plan(args.config, args.seeds, heads, args.override, args.sweep_dir)
@@ -211,6 +252,13 @@ def main(argv=None) -> int:
   except ValueError as e:  # Bad arguments: one line, no traceback.
     print(f'error: {e}', file=sys.stderr)
     return 2
+  except KeyboardInterrupt as e:  # SIGINT / SIGTERM: one line; the runs saved what they did.
+    name = getattr(e, 'signal_name', 'SIGINT')
+    said = str(e) if isinstance(e, train.Interrupted) else f'{name}: stopped between runs'
+    resume = shlex.join(['python', '-m', 'lra_luna.sweep', *sys.argv[1:]] if argv is None
+                        else ['python', '-m', 'lra_luna.sweep', *argv])
+    print(f'{said}; resume the sweep with: {resume}', file=sys.stderr)
+    return 128 + getattr(signal, name)
 
   write_learning_curves(runs)
   if failures:

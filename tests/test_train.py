@@ -594,3 +594,26 @@ def test_a_signal_in_each_phase_gives_one_true_line_and_resumes(data_dir, refere
   again = subprocess.run(command, env=run_env(), check=True, capture_output=True, text=True)
   assert again.stdout.startswith(f'nothing to do: {workdir} finished 40 steps; results in '
                                  f'{workdir / "results.json"}\n')
+
+
+def test_a_signal_to_a_sweep_reaches_its_run_once_and_stops_the_sweep(data_dir, tmp_path):
+  """SIGTERM to a sequential sweep while its run validates: the run saves (validation redone on
+  resume), and the sweep's one line quotes the run's and gives the command that resumes."""
+  overrides = [f'{k}={v}' for k, v in {**TINY, 'data_dir': str(data_dir),
+                                        'num_train_steps': 20}.items()]
+  args = ['--config', f'{REPO}/configs/listops.py:luna16,quick', '--seeds', '0',
+          '--sweep_dir', str(tmp_path / 'sweep'), '--override', *overrides]
+  proc = subprocess.Popen([sys.executable, '-m', 'lra_luna.sweep', *args],
+                          env=run_env(LRA_LUNA_PAUSE_IN='validate'), cwd=REPO,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  workdir = tmp_path / 'sweep' / 'listops' / 'luna16' / 'cls' / 'seed0'
+  wait_for(lambda: 'pausing in phase validate' in ((workdir / 'sweep.log').read_text()
+                                                   if (workdir / 'sweep.log').exists() else ''))
+  proc.send_signal(signal.SIGTERM)
+  stderr = proc.communicate(timeout=120)[1]
+  assert proc.returncode == 128 + signal.SIGTERM, stderr
+  assert stderr.strip().splitlines()[-1] == (
+      'SIGTERM: stopped in run listops/luna16/cls/seed0, which said: "SIGTERM: stopped during '
+      'the validation at step 10 of 20, checkpoint saved at step 10 (its validation runs again '
+      f'on resume)"; resume the sweep with: {shlex.join(["python", "-m", "lra_luna.sweep", *args])}')
+  assert run_folder.saved_step(workdir, 'latest') == 10
