@@ -26,7 +26,7 @@ import lra_luna
 TASKS = tuple(tasks.TASKS)  # the task registry (lra_luna/tasks.py)
 # Model name -> its registry entry (lra_luna/registry.py): the config words of the models.
 MODELS = registry.MODELS
-SCHEDULES = ('rsqrt', 'cosine')
+SCHEDULES = ('rsqrt', 'cosine', 'linear')
 # jax.default_matmul_precision of a run: 'default' is JAX's (on recent NVIDIA GPUs float32
 # matmuls run as TF32, on TPUs as bfloat16 passes), 'high' 3 bf16 passes / TF32 on TPUs and GPUs,
 # 'highest' true float32 everywhere. CPUs compute float32 matmuls in float32 whatever this is.

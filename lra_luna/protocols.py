@@ -6,7 +6,7 @@ Table 4 rates, the same for every model, so that models compare with one another
 entry's `paper_protocol`). For Luna, the Transformer and the 2021 baselines: the settings of the
 Luna authors' released LRA code, which is what produced the Luna paper's Table 1 (lra.md §3
 "Luna reference LRA scripts", luna.md §5). For S4D: the S4 authors' LRA experiment configs
-(S4D_TASKS below).
+(S4D_TASKS below). For Mega and Mega-chunk: the Mega authors' LRA scripts (MEGA_TASKS below).
 
 Sources, cited below by these names:
   script  examples/luna/README.lra.md of the authors' fairseq fork (XuezheMax/fairseq-apollo,
@@ -122,7 +122,7 @@ def use_authors_protocol(config) -> None:
   """Sets config to the protocol of its model's own paper for config.task (the Luna authors'
   for every model but S4D, whose is s4d_settings; Luna's pack length l, from the model name,
   stays) and records config.protocol = 'paper'."""
-  settings = {'luna': authors_settings, 's4d': s4d_settings}
+  settings = {'luna': authors_settings, 's4d': s4d_settings, 'mega': mega_settings}
   protocol = registry.get(config.model_name).paper_protocol
   for field, value in settings[protocol](config.task).items():
     *sections, key = field.split('.')
@@ -200,3 +200,84 @@ def s4d_settings(task: str) -> dict:
           'weight_decay': row.weight_decay, 'batch_size': row.batch_size,
           'num_train_steps': row.num_train_steps, 'warmup_steps': row.warmup_steps,
           **S4D_COMMON}
+
+
+# ----------------------------------------------------------------------------------------------
+# Mega: the Mega authors' LRA runs. Sources, cited as 'script': examples/mega/README.lra.md of
+# facebookresearch/mega (commit aeaa4b4), the six training commands; 'arch': the mega_lra_<task>
+# architectures and base_architecture in fairseq/models/lra/model.py of the same commit.
+# Batch = --batch-size x --update-freq (x 8 GPUs on Path-X). Their model options per task
+# (attention function, norm, pre/post-norm, truncation, chunk size) are the registry's
+# task_options of 'mega' and 'mega_chunk', the same under both protocols.
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class MegaTask:
+  """One row of the Mega authors' per-task LRA settings (script, arch)."""
+  dim: int                  # model.dim: encoder_embed_dim (arch)
+  z_dim: int                # attention_options.z_dim: z_dim (arch)
+  hidden_dim: int           # attention_options.hidden_dim: encoder_hidden_dim v (arch; 2 D)
+  num_layers: int           # model.num_layers: --encoder-layers (script)
+  learning_rate: float      # --lr (script)
+  weight_decay: float       # --weight-decay (script; fairseq's Adam decays decoupled, as AdamW)
+  batch_size: int           # --batch-size x --update-freq (script)
+  num_train_steps: int      # --max-update = --total-num-update (script)
+  warmup_steps: int         # --warmup-updates (script)
+  dropout: float            # model.dropout: --dropout (script); attention and act dropout 0
+  max_length: int           # tokens ([CLS] not counted): max_positions (arch), EOS included
+
+
+MEGA_TASKS = {
+    # script: lr 1e-3, wd 0.01, batch 64, 90000 / 3000, dropout 0.1, layernorm; arch mega_lra_listop
+    # 80 / z 64 / v 160, max_positions 2002.
+    'listops': MegaTask(80, 64, 160, 6, 1e-3, 0.01, 64, 90000, 3000, 0.1, 2001),
+    # script: lr 4e-3, wd 0.01, batch 25 x 2, 25000 / 10000, scalenorm; arch mega_lra_imdb
+    # 128 / 64 / 256, max_positions 4002.
+    'text': MegaTask(128, 64, 256, 4, 4e-3, 0.01, 50, 25000, 10000, 0.1, 4001),
+    # script: lr 3e-3, wd 0.04, batch 8 x 8, 91960 / 10000, scalenorm; arch mega_lra_aan 128 / 64 /
+    # 256, max_positions 4002 per document.
+    'retrieval': MegaTask(128, 64, 256, 6, 3e-3, 0.04, 64, 91960, 10000, 0.1, 4001),
+    # script: lr 1e-2, wd 0.02, batch 50, 180000 / 9000, dropout 0, laplace, batchnorm, prenorm;
+    # arch mega_lra_cifar10 160 / 96 / 320.
+    'image': MegaTask(160, 96, 320, 8, 1e-2, 0.02, 50, 180000, 9000, 0.0, 1024),
+    # script: lr 1e-2, wd 0.01, batch 128, 250000 / 50000, dropout 0, laplace, batchnorm, prenorm;
+    # arch mega_lra_pf32 128 / 64 / 256.
+    'pathfinder': MegaTask(128, 64, 256, 6, 1e-2, 0.01, 128, 250000, 50000, 0.0, 1024),
+    # script: lr 1e-2, wd 0.01, batch 2 x 8 x 8 GPUs, 125000 / 25000 (warmup power 2: a quadratic
+    # warmup, linear here), laplace, syncbatchnorm, prenorm; arch mega_lra_pf128 64 / 32 / 128,
+    # truncation 4096.
+    'pathx': MegaTask(64, 32, 128, 4, 1e-2, 0.01, 128, 125000, 25000, 0.0, 16384),
+}
+
+# What every Mega authors' LRA run shares (sources in the comments).
+MEGA_COMMON = {
+    'schedule': 'linear',             # --lr-scheduler linear_decay to 0, warmup from 1e-7 (script)
+    'adam_b1': 0.9,                   # --adam-betas '(0.9, 0.98)' --adam-eps 1e-8 (script)
+    'adam_b2': 0.98,
+    'adam_eps': 1e-8,
+    'grad_clip_norm': 1.0,            # --clip-norm 1.0 (script)
+    'model.num_heads': 1,             # single-head gated attention
+    'model.attention_dropout': 0.0,   # --attention-dropout 0.0 (script)
+    'model.attention_options.hidden_dropout': 0.0,  # --act-dropout 0.0 (script)
+    'model.attention_options.ema_dim': 16,          # --n-dim 16 (script)
+    'model.init': 'reference',        # apply_bert_init False (arch); the block inits itself
+    'model.classifier_bias': False,   # sentence_projection_layer bias=False (model.py)
+    'model.mean_includes_cls': False,  # 'mp' averages the real tokens; no [CLS] there
+    'model.dual_head_layers': 1,      # classifier_layers 1 on the pair (arch)
+    'model.pair_features': 'concat_reversed',  # cat([second doc, first doc]) (model.py forward)
+}
+# Text tasks end every line with fairseq's end-of-sequence token; pixels come raw (lra-image).
+MEGA_TEXT_TASKS = ('listops', 'text', 'retrieval')
+
+
+def mega_settings(task: str) -> dict:
+  """Config field -> value of the Mega authors' LRA protocol for `task` (MEGA_TASKS +
+  MEGA_COMMON): every task, Path-X included."""
+  row = MEGA_TASKS[task]
+  options = 'model.attention_options.'
+  return {'model.dim': row.dim, 'model.ffn_dim': row.hidden_dim,
+          'model.classifier_dim': 2 * row.dim, 'model.num_layers': row.num_layers,
+          'model.dropout': row.dropout, options + 'z_dim': row.z_dim,
+          options + 'hidden_dim': row.hidden_dim, 'learning_rate': row.learning_rate,
+          'weight_decay': row.weight_decay, 'batch_size': row.batch_size,
+          'num_train_steps': row.num_train_steps, 'warmup_steps': row.warmup_steps,
+          'max_length': row.max_length, 'append_eos': task in MEGA_TEXT_TASKS, **MEGA_COMMON}

@@ -18,6 +18,9 @@ LRA_PAPER = 'Tay et al. 2021 (LRA)'
 # Gu, Gupta, Goel and Ré, "On the Parameterization and Initialization of Diagonal State Space
 # Models", NeurIPS 2022 (arXiv:2206.11893): its LRA table (S4D-LegS, S4D-Inv, S4D-Lin).
 S4D_PAPER = 'Gu et al. 2022 (S4D)'
+# Ma, Zhou, Kong, He, Gui, Neubig, May and Zettlemoyer, "Mega: Moving Average Equipped Gated
+# Attention", ICLR 2023 (arXiv:2209.10655): its LRA table (Mega, Mega-chunk).
+MEGA_PAPER = 'Ma et al. 2023 (Mega)'
 
 # The five tasks of the papers' tables and averages (Path-X: every model failed, chance level).
 TASKS = tasks.TABLE1_TASKS

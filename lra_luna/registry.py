@@ -15,7 +15,7 @@ import dataclasses
 import importlib
 
 from lra_luna import published
-from lra_luna.published import LRA_PAPER, LUNA_PAPER, S4D_PAPER
+from lra_luna.published import LRA_PAPER, LUNA_PAPER, MEGA_PAPER, S4D_PAPER
 
 HEADS = ('cls', 'mean', 'mean_p')  # sentence representations (classifier.pool)
 NON_LUNA_HEADS = ('cls', 'mean')   # 'mean_p' pools Luna's P (paper §4.1)
@@ -254,3 +254,42 @@ register(Model(
                      'the S4D rows average six tasks, Path-X included, a failed Path-X (x) '
                      'counted as 50; its five scores average 84.07.'))))
 
+
+def _mega_row(name, label, values, pathx, average):
+  """A row of the Mega paper's LRA table (its Table 2): five tasks and Path-X; its Avg. is over
+  the six tasks, Path-X included."""
+  accuracy = dict(zip(published.TASKS, values), pathx=pathx)
+  return published.PublishedRow(label, name, None, MEGA_PAPER, 'Table 2', accuracy, average,
+                                None, 'the Mega rows average six tasks, Path-X included.')
+
+
+# Mega (models/mega.py): its own block. The options per task are the authors' LRA model (their
+# fairseq LRA scripts): softmax attention and post-norm on the text tasks (scalenorm on Text and
+# Retrieval), laplace attention and pre-norm on the pixel tasks (their batchnorm there is a
+# LayerNorm here, docs/mega.md), EMA kernels cut at 1024 lags (4096 on Path-X), the simple
+# relative position bias. Always no position embeddings (EMA and bias know positions), no
+# embedding LayerNorm and mean pooling. Their per-task sizes and optimizer are the 'paper'
+# protocol (protocols.MEGA_TASKS). Mega-chunk: chunks of 128 (4096 on Path-X; the paper's §4.1).
+_MEGA_TEXT = {'attention_function': 'softmax', 'prenorm': False, 'norm': 'scalenorm'}
+_MEGA_PIXELS = {'attention_function': 'laplace', 'prenorm': True, 'norm': 'layernorm'}
+_MEGA_TASK_OPTIONS = {'listops': {**_MEGA_TEXT, 'norm': 'layernorm'}, 'text': _MEGA_TEXT,
+                      'retrieval': _MEGA_TEXT, 'image': _MEGA_PIXELS,
+                      'pathfinder': _MEGA_PIXELS, 'pathx': {**_MEGA_PIXELS, 'truncation': 4096}}
+_MEGA_SETTINGS = {'model.positions': 'none', 'model.embedding_layernorm': False,
+                  'model.head': 'mean'}
+register(Model(
+    'mega', 'Mega', 'mega', block_class=_MODULES + 'mega:MegaBlock',
+    options={'z_dim': 64, 'ema_dim': 16, 'truncation': 1024, 'position_bias': 'simple'},
+    task_options=_MEGA_TASK_OPTIONS, settings=_MEGA_SETTINGS, paper_protocol='mega',
+    test_options={'z_dim': 8, 'ema_dim': 2},
+    table1=(_mega_row('mega', 'Mega', (63.14, 90.43, 91.25, 90.44, 96.01), 97.98, 88.21),)))
+register(Model(
+    'mega_chunk', 'Mega-chunk', 'mega_chunk', block_class=_MODULES + 'mega:MegaBlock',
+    options={'z_dim': 64, 'ema_dim': 16, 'truncation': 1024, 'position_bias': 'simple',
+             'chunk_size': 128},
+    task_options={**_MEGA_TASK_OPTIONS,
+                  'pathx': {**_MEGA_TASK_OPTIONS['pathx'], 'chunk_size': 4096}},
+    settings=_MEGA_SETTINGS, paper_protocol='mega',
+    test_options={'z_dim': 8, 'ema_dim': 2, 'chunk_size': 8},
+    table1=(_mega_row('mega_chunk', 'Mega-chunk', (58.76, 90.19, 90.97, 85.80, 94.41), 93.81,
+                      85.66),)))

@@ -204,7 +204,7 @@ def test_mean_p_on_transformer_is_a_clear_error():
 @pytest.mark.parametrize('field,value,message', [
     ('model.head', 'max', "valid choices: \\['cls', 'mean', 'mean_p'\\]"),
     ('task', 'sorting', 'valid choices'),
-    ('schedule', 'linear', 'valid choices'),
+    ('schedule', 'exponential', 'valid choices'),
 ])
 def test_bad_names_list_valid_choices(field, value, message):
   c = config_lib.set_model(config_lib.base_config(), 'luna16')

@@ -61,8 +61,9 @@ def majority_rate(targets) -> float:
 # ----------------------------------------------------------------------------------------------
 def make_schedule(config, peak=None):
   """'rsqrt': lr * min(s/w, sqrt(w/s)) (LRA's linear_warmup * rsqrt_decay, peak-normalised as
-  fairseq's inverse_sqrt); 'cosine': linear warmup to lr, then cosine decay to 0. lr is
-  config.learning_rate, or `peak`."""
+  fairseq's inverse_sqrt); 'cosine': linear warmup to lr, then cosine decay to 0; 'linear':
+  linear warmup to lr, then linear decay to 0 at num_train_steps (fairseq's linear_decay, the
+  Mega authors'). lr is config.learning_rate, or `peak`."""
   peak, warmup = peak or config.learning_rate, max(config.warmup_steps, 1)
   if config.schedule == 'rsqrt':
     def rsqrt(step):
@@ -71,6 +72,10 @@ def make_schedule(config, peak=None):
     return rsqrt
   if config.schedule == 'cosine':
     return optax.warmup_cosine_decay_schedule(0.0, peak, warmup, max(config.num_train_steps, warmup + 1))
+  if config.schedule == 'linear':
+    decay = max(config.num_train_steps - warmup, 1)
+    return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup),
+                                 optax.linear_schedule(peak, 0.0, decay)], [warmup])
   raise ValueError(f'Unknown schedule {config.schedule!r}; valid choices: {config_lib.SCHEDULES}.')
 
 
