@@ -259,8 +259,7 @@ def _mega_row(name, label, values, pathx, average):
   """A row of the Mega paper's LRA table (its Table 2): five tasks and Path-X; its Avg. is over
   the six tasks, Path-X included."""
   accuracy = dict(zip(published.TASKS, values), pathx=pathx)
-  return published.PublishedRow(label, name, None, MEGA_PAPER, 'Table 2', accuracy, average,
-                                None, 'the Mega rows average six tasks, Path-X included.')
+  return published.PublishedRow(label, name, None, MEGA_PAPER, 'Table 2', accuracy, average)
 
 
 # Mega (models/mega.py): its own block. The options per task are the authors' LRA model (their

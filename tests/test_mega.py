@@ -233,3 +233,14 @@ def test_linear_schedule_warms_up_then_decays_to_zero():
   schedule = steps.make_schedule(config)
   np.testing.assert_allclose([schedule(s) for s in (0, 10, 20, 60, 100)],
                              [0.0, 5e-3, 1e-2, 5e-3, 0.0], atol=1e-9)
+
+
+def test_rotary_bias_depends_on_the_offset_only():
+  bias = np.asarray(mega.RotaryPositionBias(6, nnx.Rngs(0))(9))
+  a = np.asarray(mega.rotate(jnp.ones(6), 9))
+  np.testing.assert_allclose(a[0], np.ones(6))  # position 0: no rotation
+  for offset in range(-8, 9):
+    diagonal = np.diagonal(bias, offset)
+    np.testing.assert_allclose(diagonal, diagonal[0], rtol=1e-4, atol=1e-7)
+  model = models.build_model(block_config(position_bias='rotary', num_layers=1), 0)
+  assert np.isfinite(np.asarray(model({'inputs': np.ones((1, 20), int)}))).all()
