@@ -16,6 +16,8 @@ from lra_luna.models import classifier as models
 from lra_luna.models import linear
 from lra_luna.models import model_config
 from lra_luna.training import checkpoints
+from lra_luna.training import metrics
+from lra_luna.training import run_folder
 from lra_luna.training import steps
 
 
@@ -143,6 +145,47 @@ def test_loss_scale_doubles_after_a_period_of_finite_steps():
   floor = steps.next_loss_scale({'scale': jnp.float32(1.0), 'good_steps': jnp.int32(5)},
                                 jnp.bool_(False))
   assert float(floor['scale']) == steps.MIN_LOSS_SCALE and int(floor['good_steps']) == 0
+
+
+class RecordingWriter:
+  def __init__(self):
+    self.rows = []
+
+  def write_scalars(self, step, scalars):
+    self.rows.append({'step': step, **scalars})
+
+
+def monitor_after(step_metrics):
+  """(the row a TrainingMonitor writes after these per-step metrics of one seed, or the
+  TrainingError it raises)."""
+  config = config_lib.load_config('configs/listops.py:luna16,quick')
+  writer = RecordingWriter()
+  monitor = metrics.TrainingMonitor(config, [0], ['w'], [writer], schedule=lambda s: 0.0,
+                                    enabled=False)
+  for i, values in enumerate(step_metrics, 1):
+    monitor.step_done(i, {k: jnp.asarray([v], jnp.float32) for k, v in values.items()})
+  monitor.flush(len(step_metrics))
+  return writer.rows[-1]
+
+
+def step_values(loss, grad_norm, skipped, scale):
+  return {'train_loss': loss, 'train_accuracy': 0.5, 'grad_norm': grad_norm, 'param_norm': 1.0,
+          'skipped_steps': skipped, 'loss_scale': scale}
+
+
+def test_skipped_steps_are_counted_and_left_out_of_the_means():
+  row = monitor_after([step_values(2.0, 1.0, 0.0, 8.0), step_values(float('inf'), float('nan'),
+                                                                    1.0, 8.0),
+                       step_values(4.0, 3.0, 0.0, 4.0)])
+  assert row['skipped_steps'] == 1 and row['loss_scale'] == 4.0
+  assert row['train_loss'] == 3.0 and row['grad_norm'] == 2.0
+
+
+def test_overflow_at_loss_scale_one_in_every_step_stops_the_run():
+  with pytest.raises(run_folder.TrainingError, match='overflowed, down to loss scale 1'):
+    monitor_after([step_values(2.0, float('inf'), 1.0, 1.0)] * 2)
+  # At a larger scale the run goes on: the halved scale may fit.
+  assert monitor_after([step_values(2.0, float('inf'), 1.0, 4.0)])['skipped_steps'] == 1
 
 
 def test_loss_scale_is_checkpointed_and_restored(tmp_path):
