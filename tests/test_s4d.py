@@ -63,11 +63,13 @@ def layer_output(params, u, bidirectional):
 def test_kernel_convolution_equals_the_unrolled_recurrence(bidirectional):
   params = ssm_parameters(small_layer(bidirectional))
   u = jax.random.normal(jax.random.key(1), (2, 13, 3))
-  np.testing.assert_allclose(layer_output(params, u, bidirectional), recurrence(params, u),
+  by_layer = lambda p, u: layer_output(p, u, bidirectional)
+  # Each side compiled once (value and gradient together): eager tracing is the slow part.
+  value_and_grad = lambda f: jax.jit(jax.value_and_grad(lambda p: jnp.sum(jnp.sin(f(p, u)))))
+  np.testing.assert_allclose(jax.jit(by_layer)(params, u), jax.jit(recurrence)(params, u),
                              rtol=1e-4, atol=1e-4)
-  loss = lambda f: lambda p: jnp.sum(jnp.sin(f(p, u)))
-  by_kernel = jax.grad(loss(lambda p, u: layer_output(p, u, bidirectional)))(params)
-  by_recurrence = jax.grad(loss(recurrence))(params)
+  by_kernel = value_and_grad(by_layer)(params)[1]
+  by_recurrence = value_and_grad(recurrence)(params)[1]
   for name in params:
     np.testing.assert_allclose(by_kernel[name], by_recurrence[name], rtol=2e-3, atol=2e-4,
                                err_msg=name)
