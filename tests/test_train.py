@@ -298,8 +298,10 @@ def test_interrupt_saves_the_current_step_and_resumes_exactly(data_dir, referenc
   assert 'Traceback' not in stderr
   line = stderr.strip().splitlines()[-1]
   name = signal.Signals(signum).name
-  match = re.fullmatch(rf'{name}: stopped at step (\d+) of 40, checkpoint saved at step (\d+); '
-                       r'resume with: python (.*)', line)
+  # The signal may land in a step or in a validation pass (stopped after its current batch).
+  match = re.fullmatch(rf'{name}: stopped (?:during the validation )?at step (\d+) of 40, '
+                       r'checkpoint saved at step (\d+)(?: \(its validation runs again on '
+                       r'resume\))?; resume with: python (.*)', line)
   assert match, line
   step, saved = int(match[1]), int(match[2])
   assert 5 <= step == saved < 40 and run_folder.saved_step(workdir, 'latest') == step

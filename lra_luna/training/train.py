@@ -145,16 +145,12 @@ def train_loop(config, runs, state, start_step: int, data, evaluate, graphdef, t
                monitor, stop):
   """Steps start_step + 1 .. num_train_steps with periodic logs, validation and checkpoints;
   (the final state, the validation of the last step when this start ran it, else None)."""
-  is_writer = jax.process_index() == 0
   step_fn = jax.jit(jax.vmap(functools.partial(steps.train_step, graphdef=graphdef, tx=tx)),
                     donate_argnums=0)
   dropout_keys = jnp.stack([jax.random.fold_in(jax.random.key(run.seed), 1) for run in runs])
   val_split, last_val = data.splits['validation'], None
   if any(run.validation_pending for run in runs):  # stopped during this validation before
-    stop.enter('validate', immediate=False)
-    validate(runs, state, start_step, evaluation(evaluate, state, val_split, monitor, stop,
-                                                 f'validation at step {start_step}'),
-             monitor, is_writer)
+    validation_at(start_step, runs, state, start_step, evaluate, val_split, monitor, stop)
   stop.enter('compile' if start_step < config.num_train_steps else 'train', immediate=False)
   for step in range(start_step + 1, config.num_train_steps + 1):
     if stop.signal_name:
@@ -168,15 +164,8 @@ def train_loop(config, runs, state, start_step: int, data, evaluate, graphdef, t
       monitor.flush(step)
     if itstime(step, config.eval_every, config.num_train_steps):
       monitor.flush(step)
-      stop.enter('validate', immediate=False)
-      try:
-        val = evaluation(evaluate, state, val_split, monitor, stop, f'validation at step {step}')
-      except StopRequested as e:
-        raise interrupt(runs, state, step, start_step, monitor, e.signal_name,
-                        validation_pending=True) from None
-      validate(runs, state, step, val, monitor, is_writer)
+      val = validation_at(step, runs, state, start_step, evaluate, val_split, monitor, stop)
       last_val = val if step == config.num_train_steps else None
-      stop.enter('train', immediate=False)
     if itstime(step, config.checkpoint_every, config.num_train_steps):
       monitor.flush(step)
       stop.enter('checkpoint', immediate=False)
@@ -292,6 +281,22 @@ def evaluation(evaluate, state, arrays, monitor, stop, desc: str) -> dict:
   finally:
     if progress is not None:
       progress.close()
+
+
+def validation_at(step: int, runs, state, start_step: int, evaluate, val_split, monitor,
+                  stop) -> dict:
+  """The validation at `step`, its metrics written and the best checkpoint kept; stopped by a
+  signal after its current batch, with the checkpoint at `step` saved and this validation
+  pending (a resumed run runs it first)."""
+  stop.enter('validate', immediate=False)
+  try:
+    val = evaluation(evaluate, state, val_split, monitor, stop, f'validation at step {step}')
+  except StopRequested as e:
+    raise interrupt(runs, state, step, start_step, monitor, e.signal_name,
+                    validation_pending=True) from None
+  validate(runs, state, step, val, monitor, jax.process_index() == 0)
+  stop.enter('train', immediate=False)
+  return val
 
 
 def validate(runs, state, step: int, val: dict, monitor, is_writer: bool) -> None:
