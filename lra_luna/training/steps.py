@@ -239,7 +239,7 @@ def make_evaluator(config, graphdef, mesh):
 def num_eval_batches(config, arrays) -> int:
   """The batches one evaluation pass over `arrays` runs: every example, at most
   config.max_eval_batches batches if that is set."""
-  num = -(-len(arrays['targets']) // config.eval_batch_size)
+  num = -(-len(arrays['targets']) // eval_batch_size(config))
   return min(num, config.max_eval_batches) if config.max_eval_batches else num
 
 
