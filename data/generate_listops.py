@@ -11,6 +11,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from lra_luna import cli  # noqa: E402
+from lra_luna import console  # noqa: E402
 from lra_luna.datasets import base  # noqa: E402
 from lra_luna.datasets import listops  # noqa: E402
 
@@ -49,4 +50,7 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-  main()
+  with console.one_line_on_signals(
+      'no split file was written (each is written whole at the end); rerun the same command '
+      'to generate the set.'):
+    main()

@@ -18,6 +18,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from lra_luna import cli  # noqa: E402
+from lra_luna import console  # noqa: E402
 from lra_luna.datasets import base  # noqa: E402
 from lra_luna.datasets import pathfinder_generator  # noqa: E402
 
@@ -62,4 +63,6 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-  main()
+  with console.one_line_on_signals(
+      'the finished image batches are kept; rerun the same command to resume.'):
+    main()

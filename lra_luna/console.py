@@ -4,8 +4,10 @@ terminal is never broken; progress is a tqdm bar when stderr is a terminal and p
 it is a file or a pipe (a bar's '\\r' updates would fill a log); off with $CI set. No JAX here.
 """
 
+import contextlib
 import math
 import os
+import signal
 import sys
 import time
 
@@ -78,3 +80,23 @@ class Progress:
 
   def __exit__(self, *exc):
     self.close()
+
+
+@contextlib.contextmanager
+def one_line_on_signals(what_is_kept: str):
+  """For a script's main (the data generators): SIGINT or SIGTERM stops it with one line on
+  stderr, `<SIGNAL>: stopped; <what_is_kept>`, and exit status 128 + the signal's number."""
+  def interrupt(signum, frame):
+    del frame
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+  previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+  try:
+    yield
+  except KeyboardInterrupt as e:
+    name = e.args[0] if e.args and e.args[0] in ('SIGINT', 'SIGTERM') else 'SIGINT'
+    say(f'{name}: stopped; {what_is_kept}', err=True)
+    sys.exit(128 + signal.Signals[name])
+  finally:
+    for s, handler in previous.items():
+      signal.signal(s, handler)

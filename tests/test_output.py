@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import runpy
+import signal
 import subprocess
 import sys
 import tomllib
@@ -132,3 +133,16 @@ def test_tensorflow_start_up_lines_are_silenced():
                         text=True, timeout=300)
   assert proc.stdout == 'ok\n'
   assert 'oneDNN' not in proc.stderr and 'absl::InitializeLog' not in proc.stderr, proc.stderr
+
+
+def test_a_signal_stops_the_listops_generator_with_one_line(tmp_path):
+  proc = subprocess.Popen([sys.executable, str(REPO / 'data' / 'generate_listops.py'),
+                           '--out_dir', str(tmp_path / 'lo')], cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  assert proc.stdout.readline().startswith('Generating ListOps into')
+  proc.send_signal(signal.SIGTERM)
+  _, stderr = proc.communicate(timeout=60)
+  assert proc.returncode == 128 + signal.SIGTERM
+  assert stderr == ('SIGTERM: stopped; no split file was written (each is written whole at the '
+                    'end); rerun the same command to generate the set.\n')
+  assert not list((tmp_path / 'lo').glob('*.tsv'))
