@@ -225,8 +225,9 @@ def make_evaluator(config, graphdef, mesh):
     for i, batch in enumerate(input_pipeline.eval_batches(arrays, eval_batch_size(config))):
       if i >= num_batches:
         break
-      sums = eval_fn(stacked_state['params'], stacked_state['constants'],
-                     global_batch(mesh, batch))
+      with matmul_precision(config.matmul_precision):  # also for evaluate.py's passes
+        sums = eval_fn(stacked_state['params'], stacked_state['constants'],
+                       global_batch(mesh, batch))
       totals = totals + np.stack(jax.device_get(sums), axis=-1).astype(np.float64)
       if on_batch is not None:
         on_batch(i + 1, num_batches)
