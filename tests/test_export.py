@@ -1,10 +1,11 @@
-"""Multi-device runs, and every model's steps lower for the accelerators from this CPU machine: the training step
-(vmapped over seeds, the batch sharded over 4 devices of an abstract mesh, as `train` runs it),
-the evaluation step (as `steps.make_evaluator` runs it) and, in float32, the profiler's
-single-seed training step, exported with jax.export for 'cuda' and 'tpu' in float32, bfloat16 and float16, with no
-host callback in the module and the expected device count. The fused Transformer in 16 bits
-lowers to cuDNN's fused attention for cuda (JAX's trace-time cuDNN version probe pinned to a
-supported stack, since this JAX has no CUDA libraries), and to XLA's attention for tpu.
+"""Multi-device runs, and every model's steps lower for the accelerators from this CPU machine: the
+training step (vmapped over seeds, the batch sharded over 4 devices of an abstract mesh, as
+`train` runs it), the evaluation step (as `steps.make_evaluator` runs it) and, in float32, the
+profiler's single-seed training step, exported with jax.export for 'cuda' and 'tpu' in float32,
+bfloat16 and float16, with no host callback in the module and the expected device count. The fused
+Transformer in 16 bits lowers to cuDNN's fused attention for cuda (JAX's trace-time cuDNN version
+probe pinned to a supported stack, since this JAX has no CUDA libraries), and to XLA's attention
+for tpu.
 
 The Transformer and Luna in float32 and the cuDNN lowering run in the fast tier; every model in
 every dtype in the slow tier (conftest).
