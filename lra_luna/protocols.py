@@ -153,21 +153,22 @@ class S4DTask:
   num_train_steps: int      # scheduler.num_training_steps (= max_epochs x batches per epoch)
   warmup_steps: int         # scheduler.num_warmup_steps
   dt_min: float             # attention_options.dt_min: model.layer.dt_min
+  num_ssm: int              # attention_options.num_ssm: model.layer.n_ssm (null: 0, per feature)
 
 
 S4D_TASKS = {
     # exp s4-listops: 40 epochs of 96k / 32; d_state 4, post-norm; dt at the main rate (lr.dt null).
-    'listops': S4DTask(256, 6, 4, False, 0.0, 1e-2, 0.05, 32, 120000, 12000, 1e-3),
+    'listops': S4DTask(256, 6, 4, False, 0.0, 1e-2, 0.05, 32, 120000, 12000, 1e-3, 1),
     # exp s4-imdb: 32 epochs of 25k / 16; l_max 4096.
-    'text': S4DTask(256, 6, 4, True, 0.0, 1e-2, 0.05, 16, 50000, 5000, 1e-3),
+    'text': S4DTask(256, 6, 4, True, 0.0, 1e-2, 0.05, 16, 50000, 5000, 1e-3, 1),
     # exp s4-aan: 20 epochs of 147k / 64 (rounded to 50000 there).
-    'retrieval': S4DTask(256, 6, 4, True, 0.0, 1e-2, 0.05, 64, 50000, 5000, 1e-3),
+    'retrieval': S4DTask(256, 6, 4, True, 0.0, 1e-2, 0.05, 64, 50000, 5000, 1e-3, 1),
     # exp s4-cifar: 200 epochs of 45k / 50, grayscale, d_state 64, post-norm, dropout 0.1.
-    'image': S4DTask(512, 6, 64, False, 0.1, 1e-2, 0.05, 50, 180000, 18000, 1e-3),
+    'image': S4DTask(512, 6, 64, False, 0.1, 1e-2, 0.05, 50, 180000, 18000, 1e-3, 1),
     # exp s4-pathfinder: 200 epochs of 160k / 64.
-    'pathfinder': S4DTask(256, 6, 64, True, 0.0, 4e-3, 0.05, 64, 500000, 50000, 1e-3),
+    'pathfinder': S4DTask(256, 6, 64, True, 0.0, 4e-3, 0.05, 64, 500000, 50000, 1e-3, 0),
     # exp s4-pathx: 50 epochs of 160k / 16; dt_min 1e-4.
-    'pathx': S4DTask(256, 6, 64, True, 0.0, 1e-3, 0.05, 16, 500000, 50000, 1e-4),
+    'pathx': S4DTask(256, 6, 64, True, 0.0, 1e-3, 0.05, 16, 500000, 50000, 1e-4, 0),
 }
 
 # What every S4 authors' LRA run shares (sources in the comments).
@@ -196,7 +197,8 @@ def s4d_settings(task: str) -> dict:
   return {'model.dim': row.dim, 'model.classifier_dim': row.dim,
           'model.num_layers': row.num_layers, 'model.dropout': row.dropout,
           options + 'state_dim': row.state_dim, options + 'prenorm': row.prenorm,
-          options + 'dt_min': row.dt_min, 'learning_rate': row.learning_rate,
+          options + 'dt_min': row.dt_min, options + 'num_ssm': row.num_ssm,
+          'learning_rate': row.learning_rate,
           'weight_decay': row.weight_decay, 'batch_size': row.batch_size,
           'num_train_steps': row.num_train_steps, 'warmup_steps': row.warmup_steps,
           **S4D_COMMON}

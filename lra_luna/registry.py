@@ -244,7 +244,7 @@ def _s4d_row(label, values, pathx, average, note=''):
 register(Model(
     's4d', 'S4D', 's4d', block_class=_MODULES + 's4d:S4DBlock',
     options={'state_dim': 64, 'init': 'inv', 'dt_min': 1e-3, 'dt_max': 1e-1,
-             'bidirectional': True, 'prenorm': True},
+             'bidirectional': True, 'prenorm': True, 'num_ssm': 0},
     settings={'model.positions': 'none', 'model.embedding_layernorm': False,
               'model.head': 'mean', 'ssm_learning_rate': 1e-3},
     paper_protocol='s4d', test_options={'state_dim': 4},

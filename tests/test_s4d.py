@@ -20,9 +20,9 @@ import test_tasks  # The task configs on tiny data (its helpers and mock_tfds fi
 from test_tasks import mock_tfds  # pylint: disable=unused-import  (a fixture)
 
 
-def small_layer(bidirectional=True, dim=3, state_dim=4, seed=0):
+def small_layer(bidirectional=True, dim=3, state_dim=4, seed=0, num_ssm=0):
   return s4d.S4D(dim, state_dim=state_dim, init='inv', dt_min=0.01, dt_max=0.5,
-                 bidirectional=bidirectional, rngs=nnx.Rngs(seed))
+                 bidirectional=bidirectional, rngs=nnx.Rngs(seed), num_ssm=num_ssm)
 
 
 def ssm_parameters(layer):
@@ -31,7 +31,8 @@ def ssm_parameters(layer):
 
 def recurrence(params, u):
   """y [B, L, H] by unrolling x_k = dA x_{k-1} + dB u_k, y_k = 2 Re(C x_k) (ZOH) step by step,
-  forwards with C[0] and, bidirectional, backwards with C[1] shifted one step, plus D u."""
+  forwards with C[0] and, bidirectional, backwards with C[1] shifted one step, plus D u.
+  A of one copy (num_ssm = 1, shape [1, M]) broadcasts to every feature."""
   dt = jnp.exp(params['log_dt'])[:, None]
   a = -jnp.exp(params['log_a_real']) + 1j * params['a_imag']
   d_a, d_b = jnp.exp(dt * a), (jnp.exp(dt * a) - 1.0) / a
@@ -52,18 +53,19 @@ def recurrence(params, u):
   return jnp.swapaxes(y, 0, 1) + u * params['d']
 
 
-def layer_output(params, u, bidirectional):
-  layer = small_layer(bidirectional)
+def layer_output(params, u, bidirectional, num_ssm=0):
+  layer = small_layer(bidirectional, num_ssm=num_ssm)
   for name, value in params.items():
     getattr(layer, name)[...] = value
   return layer(u)
 
 
-@pytest.mark.parametrize('bidirectional', [False, True])
-def test_kernel_convolution_equals_the_unrolled_recurrence(bidirectional):
-  params = ssm_parameters(small_layer(bidirectional))
+@pytest.mark.parametrize('bidirectional,num_ssm', [(False, 0), (True, 0), (True, 1)])
+def test_kernel_convolution_equals_the_unrolled_recurrence(bidirectional, num_ssm):
+  params = ssm_parameters(small_layer(bidirectional, num_ssm=num_ssm))
+  assert params['a_imag'].shape == (num_ssm or 3, 2)
   u = jax.random.normal(jax.random.key(1), (2, 13, 3))
-  by_layer = lambda p, u: layer_output(p, u, bidirectional)
+  by_layer = lambda p, u: layer_output(p, u, bidirectional, num_ssm)
   # Each side compiled once (value and gradient together): eager tracing is the slow part.
   value_and_grad = lambda f: jax.jit(jax.value_and_grad(lambda p: jnp.sum(jnp.sin(f(p, u)))))
   np.testing.assert_allclose(jax.jit(by_layer)(params, u), jax.jit(recurrence)(params, u),
@@ -195,13 +197,16 @@ def test_ssm_parameters_get_their_own_rate_and_no_weight_decay():
                              rtol=1e-4)
 
 
-def test_bad_option_is_one_line_naming_it():
+@pytest.mark.parametrize('option,value,message', [
+    ('init', 'legs', "init = 'legs' is not valid"), ('num_ssm', -1, 'num_ssm = -1 is not valid'),
+    ('state_dim', 5, 'state_dim = 5 is not valid'), ('dt_min', 0.5, 'dt_min = 0.5, dt_max')])
+def test_bad_option_is_one_line_naming_it(option, value, message):
   config = config_lib.load_config('configs/listops.py:s4d,quick')
   with config.unlocked():
-    config.model.attention_options.init = 'legs'
+    config.model.attention_options[option] = value
   with pytest.raises(ValueError) as error:
     config_lib.validate(config)
-  assert '\n' not in str(error.value) and "init = 'legs'" in str(error.value)
+  assert '\n' not in str(error.value) and message in str(error.value)
 
 
 @pytest.mark.parametrize('task', ['listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx'])
@@ -216,6 +221,7 @@ def test_paper_word_is_the_s4d_authors_protocol(task):
               row.weight_decay)
   assert config.model.attention_options.state_dim == row.state_dim
   assert config.model.attention_options.prenorm == row.prenorm
+  assert config.model.attention_options.num_ssm == (0 if task.startswith('path') else 1)
   assert config.ssm_learning_rate == 1e-3 and config.schedule == 'cosine'
   assert config.adam_b2 == 0.999 and config.model.positions == 'none'
 

@@ -75,13 +75,17 @@ class S4D(nnx.Module):
   """The S4D convolution of every feature: u [B, L, H] -> K * u + D u (float32 inside)."""
 
   def __init__(self, dim: int, *, state_dim: int, init: str, dt_min: float, dt_max: float,
-               bidirectional: bool, rngs: nnx.Rngs):
-    modes = state_dim // 2
+               bidirectional: bool, rngs: nnx.Rngs, num_ssm: int = 0):
+    """num_ssm: copies of A, each shared by dim / num_ssm features (the authors' n_ssm);
+    0: one A per feature."""
+    modes, copies = state_dim // 2, num_ssm or dim
+    if dim % copies:
+      raise ValueError(f'S4DBlock option num_ssm = {num_ssm} does not divide the width {dim}.')
     dt_key, c_key, d_key = jax.random.split(rngs.params(), 3)
     self.log_dt = nnx.Param(jax.random.uniform(dt_key, (dim,), minval=math.log(dt_min),
                                                maxval=math.log(dt_max)))
-    self.log_a_real = nnx.Param(jnp.full((dim, modes), math.log(0.5), jnp.float32))
-    self.a_imag = nnx.Param(jnp.tile(jnp.asarray(initial_a_imag(init, state_dim)), (dim, 1)))
+    self.log_a_real = nnx.Param(jnp.full((copies, modes), math.log(0.5), jnp.float32))
+    self.a_imag = nnx.Param(jnp.tile(jnp.asarray(initial_a_imag(init, state_dim)), (copies, 1)))
     # C complex normal with unit variance, stored as (real, imaginary) pairs.
     channels = 2 if bidirectional else 1
     self.c = nnx.Param(jax.random.normal(c_key, (channels, dim, modes, 2)) * math.sqrt(0.5))
@@ -90,8 +94,11 @@ class S4D(nnx.Module):
   def kernel(self, length: int):
     """K [channels, H, L]."""
     c = self.c[...]
-    return vandermonde_kernel(self.log_dt[...], self.log_a_real[...], self.a_imag[...],
-                              jax.lax.complex(c[..., 0], c[..., 1]), length)
+    # Feature h reads copy h mod num_ssm (the authors' repeat '(v t) n').
+    share = lambda a: jnp.tile(a, (self.log_dt.shape[0] // a.shape[0], 1))
+    return vandermonde_kernel(self.log_dt[...], share(self.log_a_real[...]),
+                              share(self.a_imag[...]), jax.lax.complex(c[..., 0], c[..., 1]),
+                              length)
 
   def __call__(self, u):
     kernel = self.kernel(u.shape[1])
@@ -106,10 +113,12 @@ class S4DBlock(nnx.Module):
 
   The block protocol of classifier.BlockEncoder: Block(cfg, rngs), block(x, mask, *,
   deterministic, rngs, query_rows) and Block.final_norm(cfg). Options (config.model.
-  attention_options): state_dim N, init ('inv' | 'lin'), dt_min, dt_max, bidirectional, prenorm.
+  attention_options): state_dim N, init ('inv' | 'lin'), dt_min, dt_max, bidirectional, prenorm,
+  num_ssm (copies of A shared across the features; 0: one per feature).
   """
 
-  CONFIG_OPTIONS = ('state_dim', 'init', 'dt_min', 'dt_max', 'bidirectional', 'prenorm')
+  CONFIG_OPTIONS = ('state_dim', 'init', 'dt_min', 'dt_max', 'bidirectional', 'prenorm',
+                    'num_ssm')
 
   def __init__(self, cfg, rngs: nnx.Rngs):
     options = dict(cfg.attention_options)
@@ -120,7 +129,8 @@ class S4DBlock(nnx.Module):
     self.s4d = S4D(cfg.dim, state_dim=options.get('state_dim', 64),
                    init=options.get('init', 'inv'), dt_min=options.get('dt_min', 1e-3),
                    dt_max=options.get('dt_max', 1e-1),
-                   bidirectional=options.get('bidirectional', True), rngs=rngs)
+                   bidirectional=options.get('bidirectional', True), rngs=rngs,
+                   num_ssm=options.get('num_ssm', 0))
     # Position-wise output linear D -> 2D, then GLU (the authors' final_act 'glu').
     self.output_linear = Linear(cfg.dim, 2 * cfg.dim, dtype=dtype, rngs=rngs)
     self.dropout = Dropout(cfg.dropout)
@@ -134,7 +144,7 @@ class S4DBlock(nnx.Module):
   @staticmethod
   def check_options(*, max_length: int = 0, state_dim: int = 64, init: str = 'inv',
                     dt_min: float = 1e-3, dt_max: float = 1e-1, bidirectional: bool = True,
-                    prenorm: bool = True) -> None:
+                    prenorm: bool = True, num_ssm: int = 0) -> None:
     """ValueError naming the first option outside its valid range."""
     del max_length, bidirectional, prenorm
     if not (isinstance(state_dim, int) and state_dim >= 2 and state_dim % 2 == 0):
@@ -143,6 +153,9 @@ class S4DBlock(nnx.Module):
     if init not in INITS:
       raise ValueError(f'S4DBlock option init = {init!r} is not valid; valid choices: '
                        f'{list(INITS)}.')
+    if not (isinstance(num_ssm, int) and num_ssm >= 0):
+      raise ValueError(f'S4DBlock option num_ssm = {num_ssm} is not valid: an integer >= 0 (0: '
+                       'one A per feature) that divides the width.')
     if not 0 < dt_min <= dt_max:
       raise ValueError(f'S4DBlock options dt_min = {dt_min}, dt_max = {dt_max} are not valid: '
                        'need 0 < dt_min <= dt_max.')
