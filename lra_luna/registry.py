@@ -233,7 +233,7 @@ def _s4d_row(label, values, pathx, average, note=''):
   """A row of the S4D paper's LRA table: five tasks and Path-X where it was solved (None: the
   model failed it). Its Avg. is over six tasks, Path-X included."""
   accuracy = dict(zip(published.TASKS, values), **({'pathx': pathx} if pathx else {}))
-  return published.PublishedRow(label, 's4d', None, S4D_PAPER, 'Table 5', accuracy, average,
+  return published.PublishedRow(label, 's4d', None, S4D_PAPER, 'LRA table', accuracy, average,
                                 None, note)
 
 
