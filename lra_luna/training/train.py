@@ -393,7 +393,8 @@ def final_results(config, runs, state, data, evaluate, label, num_params, monito
                'protocol': config.protocol,
                'seed': int(run.seed), 'num_params': num_params, 'steps': total,
                'test_majority_rate': steps.majority_rate(data.splits['test']['targets']),
-               'data': data_record(config, data), 'precision': steps.precision_record(config)}
+               'data': data_record(config, data), 'run': config_lib.run_record(config),
+               'precision': steps.precision_record(config)}
     for name, (val, test) in sections.items():
       results[name] = steps.checkpoint_metrics(
           total if name == 'last' else run.best['step'], val, test, i)
