@@ -172,15 +172,21 @@ class ReformerAttention(nnx.Module):
     probs = self.dropout(probs, deterministic=deterministic, rngs=rngs)
     y = einsum32('bhtij,bhtjd->bhtid', probs.astype(v.dtype), v_chunks).astype(v.dtype)
 
-    # Undo the sort: the item of sorted slot s of round r is position order[r, s].
+    y = self.combine_rounds(y, log_normaliser, order, padded)
+    return self.out(merge_heads(y[:, :, :n]))
+
+  def combine_rounds(self, y, log_normaliser, order, padded: int):
+    """Each position's output [B, H, N, d] from its sorted chunk outputs y [B, H, chunks, c, d]:
+    the sort undone (the item of sorted slot s of round r is position order[r, s]), and the
+    rounds averaged with weights softmax over rounds of their log-normalisers (Reformer §2.2)."""
+    b, heads = y.shape[:2]
+    rounds = self.num_hashes
     y = y.reshape(b, heads, rounds, padded, self.head_dim)
     log_normaliser = log_normaliser.reshape(b, heads, rounds, padded)
     unsort = jnp.argsort(order.reshape(b, heads, rounds, padded), axis=-1)
     y = jnp.take_along_axis(y, unsort[..., None], axis=3)
-    if rounds > 1:
-      log_normaliser = jnp.take_along_axis(log_normaliser, unsort, axis=3)
-      weights = jax.nn.softmax(log_normaliser, axis=2)  # over rounds
-      y = jnp.sum(weights[..., None] * y.astype(jnp.float32), axis=2).astype(v.dtype)
-    else:
-      y = y[:, :, 0]
-    return self.out(merge_heads(y[:, :, :n]))
+    if rounds == 1:
+      return y[:, :, 0]
+    log_normaliser = jnp.take_along_axis(log_normaliser, unsort, axis=3)
+    weights = jax.nn.softmax(log_normaliser, axis=2)  # over rounds
+    return jnp.sum(weights[..., None] * y.astype(jnp.float32), axis=2).astype(y.dtype)
