@@ -146,3 +146,21 @@ def test_a_signal_stops_the_listops_generator_with_one_line(tmp_path):
   assert stderr == ('SIGTERM: stopped; no split file was written (each is written whole at the '
                     'end); rerun the same command to generate the set.\n')
   assert not list((tmp_path / 'lo').glob('*.tsv'))
+
+
+def test_a_sweep_says_nothing_to_do_for_each_finished_run(tmp_path, capsys):
+  from lra_luna import sweep  # pylint: disable=g-import-not-at-top
+  args = ['--config', 'configs/listops.py:luna16,quick', '--seeds', '0,1', '--sweep_dir',
+          str(tmp_path)]
+  for run in sweep.plan(['configs/listops.py:luna16,quick'], [0, 1], [], [], tmp_path):
+    run.workdir.mkdir(parents=True)
+    run_folder.write_json_atomically(run.workdir / run_folder.CONFIG_FILE,
+                                     json.loads(run.config.to_json()))
+    run_folder.write_json_atomically(run.workdir / run_folder.RESULTS_FILE, {'steps': 1500})
+  assert sweep.main(args) == 0
+  out = capsys.readouterr().out.splitlines()
+  for seed in (0, 1):
+    workdir = tmp_path / 'listops' / 'luna16' / 'cls' / f'seed{seed}'
+    assert out[seed] == (f'listops/luna16/cls/seed{seed}: nothing to do: {workdir} finished 1500 '
+                         f'steps; results in {workdir / "results.json"}')
+  assert out[2] == '2 runs: 2 finished before, 0 to run.'
