@@ -22,6 +22,8 @@ Where Table 4 and the scripts disagree the scripts win (they are what ran): Retr
 
 import dataclasses
 
+from lra_luna import tasks
+
 from lra_luna import registry
 
 PROTOCOLS = ('lra', 'paper')
@@ -267,8 +269,6 @@ MEGA_COMMON = {
     'model.dual_head_layers': 1,      # classifier_layers 1 on the pair (arch)
     'model.pair_features': 'concat_reversed',  # cat([second doc, first doc]) (model.py forward)
 }
-# Text tasks end every line with fairseq's end-of-sequence token; pixels come raw (lra-image).
-MEGA_TEXT_TASKS = ('listops', 'text', 'retrieval')
 
 
 def mega_settings(task: str) -> dict:
@@ -282,4 +282,6 @@ def mega_settings(task: str) -> dict:
           options + 'hidden_dim': row.hidden_dim, 'learning_rate': row.learning_rate,
           'weight_decay': row.weight_decay, 'batch_size': row.batch_size,
           'num_train_steps': row.num_train_steps, 'warmup_steps': row.warmup_steps,
-          'max_length': row.max_length, 'append_eos': task in MEGA_TEXT_TASKS, **MEGA_COMMON}
+          'max_length': row.max_length,
+          # Text tasks end every line with fairseq's end-of-sequence token; pixels come raw.
+          'append_eos': not tasks.get(task).full_length, **MEGA_COMMON}

@@ -38,7 +38,7 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None)
   results = runs.load_results(sweep_dir)
   if not results:
     raise FileNotFoundError(f'No {run_folder.RESULTS_FILE} under {sweep_dir}.')
-  out_dir = pathlib.Path(out_dir or pathlib.Path(sweep_dir) / 'report')
+  out_dir = pathlib.Path(out_dir or run_folder.report_dir(sweep_dir))
   summary = runs.summarize(results, checkpoint)
   data = sources.data_sources(results)
   note = sources.campaign_note(sweep_dir, data)

@@ -25,7 +25,7 @@ def load_results(sweep_dir) -> list[dict]:
     raise FileNotFoundError(f'{sweep_dir} is not a folder; give the --sweep_dir of a sweep (or '
                             'any folder holding run folders with results.json).')
   found, seen = [], {}
-  for path in sorted(pathlib.Path(sweep_dir).rglob(run_folder.RESULTS_FILE)):
+  for path in run_folder.result_files(sweep_dir):
     try:
       result = json.loads(path.read_text())
     except ValueError as e:

@@ -5,10 +5,11 @@ import json
 import pathlib
 
 from lra_luna.report.runs import TASK_NAMES
+from lra_luna.training import run_folder
 
 # A folder that lra_luna/campaign ran holds it: every caption, the figure and the CSVs then
 # state its protocol, data and steps, and whether it was cut short.
-CAMPAIGN_FILE = 'campaign.json'
+CAMPAIGN_FILE = run_folder.CAMPAIGN_FILE
 
 
 def describe_data(data: dict | None) -> tuple[tuple, str]:
@@ -48,7 +49,7 @@ def data_note(sources: dict, task_names) -> str:
 
 def campaign_note(sweep_dir, sources: dict) -> str:
   """The campaign's facts in one sentence ('' for a folder that no campaign wrote)."""
-  path = pathlib.Path(sweep_dir) / CAMPAIGN_FILE
+  path = run_folder.campaign_file(sweep_dir)
   if not path.exists():
     return ''
   facts = json.loads(path.read_text())['facts']
