@@ -38,6 +38,8 @@ SLOW = {
     'test_s4d': {'test_jit_equals_eager_and_bfloat16_runs', 'test_padding_changes_no_real_output',
                  'test_ssm_parameters_get_their_own_rate_and_no_weight_decay',
                  'test_quick_config_trains_on_every_task'},
+    'test_mega': {'test_jit_equals_eager_and_bfloat16_runs',
+                  'test_quick_config_trains_on_every_task'},
     'test_output': {'test_tensorflow_start_up_lines_are_silenced',
                     'test_a_signal_stops_the_listops_generator_with_one_line'},
     'test_export': {'test_every_models_steps_export_for_cuda_and_tpu',
