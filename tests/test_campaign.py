@@ -26,15 +26,14 @@ from lra_luna.campaign import memory
 from lra_luna.campaign import plan as plan_lib
 from lra_luna.campaign import spec as spec_lib
 from lra_luna.training import run_folder
+import tiny  # the shared tiny run (tests/tiny.py)
 
 # ml_collections' config_flags loads config files with the deprecated load_module().
 pytestmark = pytest.mark.filterwarnings('ignore:the load_module:DeprecationWarning')
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-# quick.py shortened: ListOps only, 300 examples, one layer, 60 steps, a checkpoint every 10.
-TINY = ['progress_bar=False', 'num_train_steps=60', 'warmup_steps=5', 'eval_every=30',
-        'checkpoint_every=10', 'log_every=10', 'listops.num_train=300', 'listops.num_val=50',
-        'listops.num_test=50', 'eval_batch_size=50', 'model.num_layers=1']
+# The shared tiny ListOps run (tests/tiny.py), 60 steps, a checkpoint every 10.
+TINY = tiny.overrides(num_train_steps=60, eval_every=30, checkpoint_every=10, log_every=10)
 
 
 def write_spec(path, **fields) -> pathlib.Path:

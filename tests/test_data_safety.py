@@ -20,7 +20,8 @@ from lra_luna.datasets import base
 from lra_luna.datasets import listops
 from lra_luna.datasets import pathfinder
 from lra_luna.datasets import pathfinder_generator
-import test_train  # the tiny CLI settings of the training tests
+import test_train  # run_cli's environment
+import tiny  # the shared tiny run (tests/tiny.py)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHORT = '( ( ( [MAX 2 ) 9 ) ] )\t9\n'  # a release-format row of 4 tokens
@@ -102,7 +103,7 @@ def test_generated_data_is_recorded_as_generated(tmp_path):
   assert data['source'] == 'generated'
   assert data['path'] == str((tmp_path / 'data' / 'listops-quick').resolve())
   assert data['generator']['settings']['seed'] == 0
-  assert data['generator']['settings']['num_train'] == test_train.TINY['listops.num_train']
+  assert data['generator']['settings']['num_train'] == tiny.SETTINGS['listops.num_train']
   assert data['truncated'] == {'train': 0, 'validation': 0, 'test': 0}
 
 
@@ -222,12 +223,7 @@ def test_imported_release_changes_are_seen_through_its_links(tmp_path):
 
 
 def quick_listops(root, **overrides):
-  config = test_train.listops_config.get_config('luna16,quick')
-  config.data_dir = str(root)
-  for key, value in {**test_train.TINY, **overrides}.items():
-    section, _, field = key.rpartition('.')
-    (config[section] if section else config)[field] = value
-  return config
+  return tiny.config(root, **overrides)
 
 
 def test_generated_listops_must_match_its_config(tmp_path):

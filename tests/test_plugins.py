@@ -19,7 +19,7 @@ from lra_luna.training import run_folder, steps, train
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'tests'))
 from test_profile import TINY_CONFIG  # noqa: E402
-from test_train import TINY  # noqa: E402
+import tiny  # noqa: E402  (the shared tiny run: tests/tiny.py)
 
 EXAMPLE = 'examples/cosine_attention.py:CosineAttention'
 LISTOPS_QUICK = f'{REPO}/configs/listops.py:transformer,quick'
@@ -28,8 +28,8 @@ LISTOPS_QUICK = f'{REPO}/configs/listops.py:transformer,quick'
 def command_line_config(data_dir, *flags):
   """The config run_lra.py builds from `--config LISTOPS_QUICK --config.model.attention=EXAMPLE`
   and the flags (locked, as run_lra's), with the tiny sizes of test_train."""
-  tiny = [f'--config.{key}={value}' for key, value in {**TINY, 'data_dir': data_dir}.items()]
-  return config_lib.load_config(LISTOPS_QUICK, [f'--config.model.attention={EXAMPLE}', *tiny, *flags])
+  return config_lib.load_config(LISTOPS_QUICK, [f'--config.model.attention={EXAMPLE}',
+                                                *tiny.flags(data_dir=data_dir), *flags])
 
 
 @pytest.fixture(scope='module')

@@ -18,7 +18,8 @@ from lra_luna.datasets import image, listops, pathfinder, retrieval, text
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'tests'))
-from test_train import run_env, tiny_config  # noqa: E402
+from test_train import run_env  # noqa: E402
+from tiny import config as tiny_config  # noqa: E402
 
 
 @pytest.fixture(scope='module')

@@ -7,16 +7,15 @@ import pytest
 
 from lra_luna import sweep
 from lra_luna.training import run_folder, train
+import tiny  # the shared tiny run (tests/tiny.py)
 
 # ml_collections' config_flags loads config files with the deprecated load_module().
 pytestmark = pytest.mark.filterwarnings('ignore:the load_module:DeprecationWarning')
 
 CONFIG = str(pathlib.Path(__file__).resolve().parent.parent / 'configs' / 'listops.py')
 SPEC = f'{CONFIG}:luna16,quick'
-# A tiny ListOps run: 20 steps on 300 generated examples.
-TINY = ['num_train_steps=20', 'warmup_steps=5', 'eval_every=10', 'checkpoint_every=20',
-        'log_every=10', 'listops.num_train=300', 'listops.num_val=50', 'listops.num_test=50',
-        'eval_batch_size=50', 'progress_bar=False', 'model.num_layers=1']
+# The shared tiny ListOps run (tests/tiny.py), 20 steps, one checkpoint.
+TINY = tiny.overrides(num_train_steps=20, eval_every=10, checkpoint_every=20, log_every=10)
 
 
 def sweep_args(sweep_dir, seeds='0,1,2', mode='sequential', extra=()):

@@ -20,18 +20,9 @@ import pytest
 from lra_luna.training import checkpoints, metrics, run_folder, steps, train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / 'configs'))
-import listops as listops_config  # noqa: E402
+import tiny  # noqa: E402  (the shared tiny run: tests/tiny.py)
 
-TINY = {
-    'listops.num_train': 400, 'listops.num_val': 64, 'listops.num_test': 64,
-    'listops.min_length': 4, 'listops.max_length': 30, 'listops.max_depth': 3,
-    'listops.max_args': 4, 'max_length': 30, 'batch_size': 8, 'eval_batch_size': 16,
-    'num_train_steps': 30, 'warmup_steps': 5, 'eval_every': 10, 'checkpoint_every': 10,
-    'log_every': 5, 'model.dim': 16, 'model.num_heads': 2, 'model.num_layers': 1,
-    'model.ffn_dim': 32, 'model.classifier_dim': 32, 'model.pack_length': 4,
-    'progress_bar': False,
-}
+TINY = tiny.SETTINGS
 
 
 @pytest.fixture(scope='module')
@@ -39,21 +30,12 @@ def data_dir(tmp_path_factory):
   return tmp_path_factory.mktemp('data')
 
 
-def tiny_config(data_dir, model='luna16', **overrides):
-  c = listops_config.get_config(f'{model},quick')
-  c.data_dir = str(data_dir)
-  for key, value in {**TINY, **overrides}.items():
-    section, _, field = key.rpartition('.')
-    (c[section] if section else c)[field] = value
-  return c
+tiny_config = tiny.config
 
 
 def cli_args(data_dir, workdir, **overrides):
-  args = [sys.executable, str(REPO / 'run_lra.py'),
-          '--config', f'{REPO}/configs/listops.py:luna16,quick', '--workdir', str(workdir)]
-  for key, value in {**TINY, 'data_dir': str(data_dir), **overrides}.items():
-    args.append(f'--config.{key}={value}')
-  return args
+  return [sys.executable, str(REPO / 'run_lra.py'), '--config', tiny.QUICK_LISTOPS,
+          '--workdir', str(workdir), *tiny.flags(data_dir=str(data_dir), **overrides)]
 
 
 def run_env(**extra):
@@ -601,8 +583,7 @@ def test_a_signal_in_each_phase_gives_one_true_line_and_resumes(data_dir, refere
 def test_a_signal_to_a_sweep_reaches_its_run_once_and_stops_the_sweep(data_dir, tmp_path):
   """SIGTERM to a sequential sweep while its run validates: the run saves (validation redone on
   resume), and the sweep's one line quotes the run's and gives the command that resumes."""
-  overrides = [f'{k}={v}' for k, v in {**TINY, 'data_dir': str(data_dir),
-                                        'num_train_steps': 20}.items()]
+  overrides = tiny.overrides(data_dir=str(data_dir), num_train_steps=20)
   args = ['--config', f'{REPO}/configs/listops.py:luna16,quick', '--seeds', '0',
           '--sweep_dir', str(tmp_path / 'sweep'), '--override', *overrides]
   proc = subprocess.Popen([sys.executable, '-m', 'lra_luna.sweep', *args],
