@@ -108,6 +108,8 @@ def base_config() -> ml_collections.ConfigDict:
   # max_length tokens or more loses it). Pixel tasks then need max_length 1025.
   c.append_eos = False
   c.batch_size = 0                  # global training batch, split over all devices (*)
+  # Micro-batches per step: the gradient is their mean (same update, ~1/k activation memory).
+  c.grad_accumulation_steps = 1
   c.eval_batch_size = 0             # global evaluation batch, last batch padded and masked (*)
   c.num_train_steps = 0             # optimizer steps (*)
   c.warmup_steps = 0                # linear warmup steps of the schedule (*)
@@ -219,9 +221,20 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if value <= 0:
       raise ValueError(f'config.{field} must be positive, got {value}; set it in the task '
                        f'config (configs/<task>.py) or with --config.{field}=<value>.')
+  check_accumulation(config.grad_accumulation_steps, config.batch_size)
   if not 0 <= config.max_truncated_fraction <= 1:
     raise ValueError(f'config.max_truncated_fraction must be in [0, 1], got '
                      f'{config.max_truncated_fraction}.')
+
+
+def check_accumulation(steps, batch_per_device: int, devices: int = 1) -> None:
+  """ValueError in one line unless config.grad_accumulation_steps is a whole number >= 1 that
+  divides the batch of each of `devices` devices (batch_per_device rows)."""
+  if not isinstance(steps, int) or steps < 1 or batch_per_device % steps:
+    where = f'per-device batch ({devices} devices)' if devices > 1 else 'batch_size'
+    raise ValueError(f'config.grad_accumulation_steps = {steps!r} must be a whole number >= 1 '
+                     f'that divides the {where}, {batch_per_device}; use a divisor such as 2 '
+                     'or 4, or 1 for no accumulation.')
 
 
 def check_attention_options(config: ml_collections.ConfigDict) -> None:

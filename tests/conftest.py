@@ -26,6 +26,10 @@ SLOW = {
                       'test_the_authors_grid_runs_each_task_with_its_own_head_on_the_paper_protocol',
                       'test_vmapped_step_estimate_grows_with_the_seeds',
                       'test_a_local_job_sees_its_gpu_by_the_users_name'},
+    'test_accumulation': {'test_accumulated_step_equals_the_single_batch_step',
+                          'test_accumulated_gradient_is_the_mean_of_the_micro_batches',
+                          'test_float16_accumulated_step_with_loss_scaling_matches_the_single_'
+                          'batch_step', 'test_accumulation_shrinks_the_compiled_step_memory'},
     'test_causal': {'test_lm_trains_on_a_repeated_sequence',
                     'test_chunked_memory_grows_linearly_and_beats_cumsum'},
     'test_layers': {'test_lean_blocks_keep_less_memory_than_plain_autodiff'},

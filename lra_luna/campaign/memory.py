@@ -34,8 +34,9 @@ def vmapped_step_bytes(config, num_seeds: int = 1) -> int | None:
            for name in (('inputs1', 'inputs2') if model.dual_encoder else ('inputs',))}
   batch['targets'] = jax.ShapeDtypeStruct(shape[:2], jnp.int32)
   keys = jax.ShapeDtypeStruct((num_seeds,), jax.random.key(0).dtype)
-  step = jax.jit(jax.vmap(functools.partial(steps.train_step, graphdef=graphdef, tx=tx)),
-                 donate_argnums=0)  # As train.train_seeds: the state is donated.
+  step = jax.jit(jax.vmap(functools.partial(
+      steps.train_step, graphdef=graphdef, tx=tx,
+      accumulation_steps=config.grad_accumulation_steps)), donate_argnums=0)  # As train.train_seeds: the state is donated.
   return profile.compiled_memory(step.lower(stacked, batch, keys).compile())['estimated_bytes']
 
 

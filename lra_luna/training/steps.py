@@ -148,8 +148,53 @@ def weighted_cross_entropy(logits, targets, weights):
   return jnp.sum(losses * weights), jnp.sum(correct * weights), jnp.sum(weights)
 
 
-def train_step(state, batch, dropout_key, *, graphdef, tx):
+def micro_batches(batch: dict, accumulation_steps: int) -> dict:
+  """batch's arrays as [accumulation_steps, rows / accumulation_steps, ...]: micro-batch i holds
+  rows i, i + k, i + 2k, ..., so that each device's share of the example axis (data-parallel
+  sharding) is split evenly among the micro-batches."""
+  def split(x):
+    x = x.reshape(x.shape[0] // accumulation_steps, accumulation_steps, *x.shape[1:])
+    return jnp.swapaxes(x, 0, 1)
+  return jax.tree.map(split, batch)
+
+
+def batch_gradients(params, constants, batch, rngs_key, scale, *, graphdef,
+                    accumulation_steps: int = 1):
+  """(gradient of the batch's mean cross-entropy, times `scale` where not None; mean loss; mean
+  accuracy). With accumulation_steps k > 1 the batch runs as k equal micro-batches in a
+  jax.lax.scan (one micro-batch's activations alive at a time) and the gradient and metrics are
+  the means over them: those of the whole batch up to float summation order (dropout draws its
+  masks per micro-batch)."""
+  def loss_fn(params, batch, key):
+    model = nnx.merge(graphdef, params, constants)
+    logits = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=key))
+    loss, correct, count = weighted_cross_entropy(logits, batch['targets'],
+                                                  jnp.ones_like(batch['targets'], jnp.float32))
+    mean = loss / count
+    return (mean if scale is None else mean * scale), (mean, correct / count)
+
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+  if accumulation_steps == 1:  # The whole batch at once, with the step's own dropout key.
+    (_, (loss, accuracy)), grads = grad_fn(params, batch, rngs_key)
+    return grads, loss, accuracy
+
+  def accumulate(sums, index_and_batch):
+    index, micro = index_and_batch
+    (_, (loss, accuracy)), grads = grad_fn(params, micro, jax.random.fold_in(rngs_key, index))
+    metrics = (loss.astype(jnp.float32), accuracy.astype(jnp.float32))
+    return jax.tree.map(jnp.add, sums, (grads, *metrics)), None
+
+  zeros = (jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.float32),
+           jnp.zeros((), jnp.float32))
+  sums, _ = jax.lax.scan(accumulate, zeros, (jnp.arange(accumulation_steps),
+                                             micro_batches(batch, accumulation_steps)))
+  return jax.tree.map(lambda total: total / accumulation_steps, sums)
+
+
+def train_step(state, batch, dropout_key, *, graphdef, tx, accumulation_steps: int = 1):
   """One AdamW step on the mean cross-entropy; dropout keys are explicit (folded with the step).
+  The gradient is accumulated over accumulation_steps micro-batches (batch_gradients;
+  config.grad_accumulation_steps).
 
   With a 'loss_scale' in the state (float16) the loss is scaled before the backward pass and the
   gradients unscaled after it; a step with a non-finite gradient leaves the parameters and the
@@ -157,16 +202,9 @@ def train_step(state, batch, dropout_key, *, graphdef, tx):
   """
   rngs_key = jax.random.fold_in(dropout_key, state['step'])
   scale = state['loss_scale']['scale'] if 'loss_scale' in state else None
-
-  def loss_fn(params):
-    model = nnx.merge(graphdef, params, state['constants'])
-    logits = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=rngs_key))
-    loss, correct, count = weighted_cross_entropy(logits, batch['targets'],
-                                                  jnp.ones_like(batch['targets'], jnp.float32))
-    mean = loss / count
-    return (mean if scale is None else mean * scale), (mean, correct / count)
-
-  (_, (loss, accuracy)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
+  grads, loss, accuracy = batch_gradients(state['params'], state['constants'], batch, rngs_key,
+                                          scale, graphdef=graphdef,
+                                          accumulation_steps=accumulation_steps)
   if scale is not None:
     grads = jax.tree.map(lambda g: g / scale, grads)
   updates, opt_state = tx.update(grads, state['opt_state'], state['params'])

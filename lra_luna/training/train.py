@@ -145,7 +145,8 @@ def train_loop(config, runs, state, start_step: int, data, evaluate, graphdef, t
                monitor, stop):
   """Steps start_step + 1 .. num_train_steps with periodic logs, validation and checkpoints;
   (the final state, the validation of the last step when this start ran it, else None)."""
-  step_fn = jax.jit(jax.vmap(functools.partial(steps.train_step, graphdef=graphdef, tx=tx)),
+  step_fn = jax.jit(jax.vmap(functools.partial(steps.train_step, graphdef=graphdef, tx=tx,
+                                            accumulation_steps=config.grad_accumulation_steps)),
                     donate_argnums=0)
   dropout_keys = jnp.stack([jax.random.fold_in(jax.random.key(run.seed), 1) for run in runs])
   val_split, last_val = data.splits['validation'], None
@@ -195,6 +196,8 @@ def seed_runs(config, seeds, workdirs, overwrite: bool) -> list[SeedRun]:
   if config.batch_size % jax.device_count():
     raise ValueError(f'config.batch_size = {config.batch_size} does not divide over '
                      f'{jax.device_count()} devices; use a multiple of {jax.device_count()}.')
+  config_lib.check_accumulation(config.grad_accumulation_steps,
+                                config.batch_size // jax.device_count(), jax.device_count())
   return runs
 
 
