@@ -388,6 +388,10 @@ def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
 # ----------------------------------------------------------------------------------------------
 # Fields that say where a config came from, not how it trains: a rerun may differ in them.
 BOOKKEEPING_FIELDS = ('preset',)
+# Fields that change how a step is computed, not the update it makes (up to float summation
+# order): a run folder's config may differ in them (a campaign resumes a run with more
+# micro-batches); they are listed as overrides but never shorten a run.
+SAME_UPDATE_FIELDS = ('grad_accumulation_steps',)
 # Fields never listed as overrides of a preset: they do not change how a run trains (where it
 # runs, which seed, its progress output), or have their own column (the sweep's head).
 NOT_OVERRIDE_FIELDS = (*BOOKKEEPING_FIELDS, 'seed', 'data_dir', 'progress_bar', 'model.head')

@@ -107,3 +107,13 @@ def test_accumulation_shrinks_the_compiled_step_memory():
     compiled = step.lower(state, batch, jax.random.key(0)).compile()
     sizes[k] = profile.compiled_memory(compiled)['estimated_bytes']
   assert sizes[4] < 0.5 * sizes[1], sizes
+
+
+def test_config_with_an_accumulation_that_does_not_divide_the_batch_is_refused():
+  config = config_lib.load_config('configs/listops.py:luna16,quick',
+                                  ('--config.grad_accumulation_steps=7',))
+  with pytest.raises(ValueError, match=r'config\.grad_accumulation_steps = 7 must be a whole '
+                     r'number >= 1 that divides the batch_size'):
+    config_lib.validate(config)
+  config.grad_accumulation_steps = 2
+  config_lib.validate(config)

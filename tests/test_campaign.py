@@ -346,26 +346,77 @@ def test_estimate_prints_each_groups_memory_plan_and_keeps_the_estimates(tmp_pat
     compiled.append(config.model_name)
     return fake[config.model_name]
 
-  seed_bytes = memory.seed_bytes_of_groups(groups, tmp_path, estimate)
+  plans = memory.group_memory(groups, tmp_path, 80 * GIB, estimate)
   assert 'listops/transformer/cls: compiling its training step' in capsys.readouterr().out
-  assert seed_bytes == {'listops/transformer/cls': 38 * GIB, 'listops/luna16/cls': 8 * GIB}
-  assert memory.seed_bytes_of_groups(groups, tmp_path, estimate) == seed_bytes
+  assert plans == {'listops/transformer/cls': (1, 38 * GIB, True),
+                   'listops/luna16/cls': (1, 8 * GIB, True)}
+  assert memory.group_memory(groups, tmp_path, 80 * GIB, estimate) == plans
   assert sorted(compiled) == ['luna16', 'transformer']  # the second call read memory.json
   assert capsys.readouterr().out == ''
-  rows = estimate_lib.memory_rows(groups, seed_bytes, 80 * GIB)
-  assert rows == [('listops/transformer/cls', 38 * GIB, 1, 5, 38 * GIB, True),
-                  ('listops/luna16/cls', 8 * GIB, 5, 1, 40 * GIB, True)]
+  rows = estimate_lib.memory_rows(groups, plans, 80 * GIB)
+  assert rows == [('listops/transformer/cls', 1, 38 * GIB, 1, 5, 38 * GIB, True),
+                  ('listops/luna16/cls', 1, 8 * GIB, 5, 1, 40 * GIB, True)]
   assert all(largest < 80 * GIB for *_, largest, _ in rows)
   estimate_lib.print_memory_plan(rows, 80 * GIB, 'cpu')
   lines = capsys.readouterr().out.splitlines()
   assert lines[0].startswith('MEMORY PLAN for a device of 80.0 GiB')
-  assert lines[2].split() == ['listops/transformer/cls', '38.00', '1', '5', '38.00']
-  assert lines[3].split() == ['listops/luna16/cls', '8.00', '5', '1', '40.00']
+  assert lines[2].split() == ['listops/transformer/cls', '1', '38.00', '1', '5', '38.00']
+  assert lines[3].split() == ['listops/luna16/cls', '1', '8.00', '5', '1', '40.00']
   assert lines[4] == '  6 programs; every program fits the device.'
 
 
+def accumulating_estimate(gib_at_one: dict, compiled: list):
+  """A stubbed compiled estimate: a model's GiB at one micro-batch, divided by the micro-batches
+  (as activations dominate)."""
+  def estimate(config):
+    compiled.append((config.model_name, config.grad_accumulation_steps))
+    return int(gib_at_one[config.model_name] * GIB / config.grad_accumulation_steps)
+  return estimate
+
+
+def test_a_group_whose_seed_does_not_fit_accumulates_its_gradient(tmp_path, capsys):
+  """136 GiB at one micro-batch: 68 GiB at two fits 90% of 80 GiB, so two micro-batches; a group
+  too big even at the most micro-batches the batch of 8 allows (8) stays DOES NOT FIT."""
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', seeds=[0, 1, 2, 3, 4],
+                                       models=['transformer', 'luna16', 'synthesizer']))
+  groups = plan_lib.plan(spec, tmp_path)
+  compiled = []
+  estimate = accumulating_estimate({'transformer': 136, 'luna16': 8, 'synthesizer': 1000},
+                                   compiled)
+  plans = memory.group_memory(groups, tmp_path, 80 * GIB, estimate)
+  assert plans == {'listops/transformer/cls': (2, 68 * GIB, True),
+                   'listops/luna16/cls': (1, 8 * GIB, True),
+                   'listops/synthesizer/cls': (8, 125 * GIB, False)}
+  assert compiled == [('transformer', 1), ('transformer', 2), ('luna16', 1),
+                      ('synthesizer', 1), ('synthesizer', 2), ('synthesizer', 4),
+                      ('synthesizer', 8)]
+  assert 'transformer/cls: compiling its training step with 2 micro-batches' in \
+      capsys.readouterr().out
+  saved = json.loads(run_folder.memory_file(tmp_path).read_text())
+  assert saved['listops/transformer/cls:grad_accumulation_steps=2']['config'] != \
+      saved['listops/transformer/cls']['config']  # the key includes the accumulation
+  assert memory.group_memory(groups, tmp_path, 80 * GIB, estimate) == plans
+  assert len(compiled) == 7  # all read from memory.json
+  rows = estimate_lib.memory_rows(groups, plans, 80 * GIB)
+  assert rows[0] == ('listops/transformer/cls', 2, 68 * GIB, 1, 5, 68 * GIB, True)
+  estimate_lib.print_memory_plan(rows, 80 * GIB, 'cpu')
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[2].split() == ['listops/transformer/cls', '2', '68.00', '1', '5', '68.00']
+  assert lines[4].split()[:2] == ['listops/synthesizer/cls', '8'] and 'DOES NOT FIT' in lines[4]
+  assert lines[5] == ('  11 programs; 2 groups accumulate their gradient; 1 groups exceed the '
+                      'device even with one seed at the most micro-batches (they run one seed '
+                      'per program and may fail: use a larger device, or shorter sequences)')
+
+
+@pytest.mark.parametrize('start, batch, expected', [(1, 32, [1, 2, 4, 8, 16, 32]),
+                                                     (1, 24, [1, 2, 4, 8]), (1, 5, [1]),
+                                                     (2, 8, [2, 4, 8])])
+def test_accumulation_steps_to_try_divide_the_batch(start, batch, expected):
+  assert plan_lib.accumulation_steps_to_try(start, batch) == expected
+
+
 def test_group_too_big_for_the_device_is_flagged(tmp_path, capsys):
-  rows = [('text/transformer/cls', 136 * GIB, 1, 5, 136 * GIB, False)]
+  rows = [('text/transformer/cls', 32, 136 * GIB, 1, 5, 136 * GIB, False)]
   estimate_lib.print_memory_plan(rows, 80 * GIB, 'cpu')
   out = capsys.readouterr().out
   assert 'DOES NOT FIT' in out and '1 groups exceed the device even with one seed' in out
@@ -410,6 +461,32 @@ def test_group_job_plans_its_programs_against_the_device(tmp_path, monkeypatch, 
   assert calls == [([0, 1, 2, 3, 4], 2)]  # floor(0.9 x 1 GiB / 0.4 GiB)
   assert '5 seeds, 0.40 GiB each (compiled estimate), on a device of 1.0 GiB: 2 per program.' \
       in capsys.readouterr().out
+
+
+def test_group_job_accumulates_where_one_seed_does_not_fit(tmp_path, monkeypatch, capsys):
+  """2 GiB at one micro-batch on a 1 GiB device: four micro-batches (0.5 GiB), passed to the runs
+  as the override grad_accumulation_steps=4, which their run record lists and which does not
+  shorten them."""
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', seeds=[0, 1]))
+  runs = plan_lib.plan(spec, tmp_path)[('listops', 'luna16', 'cls')]
+  monkeypatch.setattr(memory, 'vmapped_step_bytes', accumulating_estimate({'luna16': 2}, []))
+  calls = []
+  monkeypatch.setattr(jobs_lib, 'train_programs',
+                      lambda todo, per_program: calls.append((todo, per_program)) or [])
+  job = jobs_lib.GroupJob(runs[0].spec, 'cls', [0, 1], list(spec.overrides), str(tmp_path),
+                          device_memory_gib=1.0)
+  assert job() == [run.name for run in runs]
+  (todo, per_program), = calls
+  assert per_program == 1 and [run.seed for run in todo] == [0, 1]
+  assert all(run.config.grad_accumulation_steps == 4 for run in todo)
+  assert todo[0].workdir == runs[0].workdir
+  record = config_lib.run_record(todo[0].config)
+  assert 'grad_accumulation_steps=4' in record['overrides']
+  assert record['shortened'] == config_lib.shortened_reasons(runs[0].config)
+  assert '2 seeds, 0.50 GiB each (compiled estimate, 4 micro-batches), on a device of 1.0 GiB: ' \
+      '1 per program.' in capsys.readouterr().out
+  # A run folder written with one micro-batch is the same run (resumed, not refused).
+  assert run_folder.config_differences(json.loads(runs[0].config.to_json()), todo[0].config) == []
 
 
 def test_vmapped_step_estimate_grows_with_the_seeds(tmp_path):

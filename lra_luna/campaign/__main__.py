@@ -38,6 +38,8 @@ def parse_args(argv):
   parser.add_argument('--device_memory_gib', type=float, default=None,
                       help="the jobs' device memory (default: the device's bytes_limit where it "
                       'reports one); seeds per program are planned against it')
+  parser.add_argument('--memory_only', action='store_true',
+                      help='--estimate: print the memory plan only (no profiling jobs)')
   parser.add_argument('--assume_tflops', type=float, default=None,
                       help="--estimate without timing: XLA's FLOPs of each step (not compiled) "
                       'turned into time at this sustained TFLOP/s')
@@ -56,6 +58,8 @@ def parse_args(argv):
   parser.add_argument('--poll_s', type=float, default=10.0, help='seconds between job checks')
   parser.add_argument('--verbosity', type=int, default=0, help='1: tracebacks on errors')
   args = parser.parse_args(argv)
+  if args.memory_only and not args.estimate:
+    parser.error('--memory_only goes with --estimate (it prints only the memory plan)')
   bad = [item for item in args.sbatch if '=' not in item]
   if bad:
     parser.error(f'--sbatch {bad[0]!r}: expected key=value, e.g. qos=high')
@@ -82,10 +86,12 @@ def run_estimate(campaign, args) -> int:
   if device_bytes is None:
     raise spec_lib.CampaignError('--estimate: this machine\'s device reports no memory size; '
                                  'give the jobs\' with --device_memory_gib, e.g. 80.')
-  seed_bytes = memory.seed_bytes_of_groups(campaign.groups, campaign.dir)
-  estimate_lib.print_memory_plan(estimate_lib.memory_rows(campaign.groups, seed_bytes,
+  group_memory = memory.group_memory(campaign.groups, campaign.dir, device_bytes)
+  estimate_lib.print_memory_plan(estimate_lib.memory_rows(campaign.groups, group_memory,
                                                           device_bytes),
                                  device_bytes, memory.platform())
+  if args.memory_only:
+    return 0
   failures = campaign.run_jobs([driver_lib.ESTIMATE_JOB + t for t in campaign.spec.tasks])
   if failures:
     return print_failures(failures)

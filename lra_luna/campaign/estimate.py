@@ -15,17 +15,16 @@ from lra_luna.campaign import spec as spec_lib
 from lra_luna.training import run_folder
 
 
-def memory_rows(groups: dict, seed_bytes: dict, device_bytes: int) -> list[tuple]:
-  """[(group name, bytes per seed, seeds per program, programs, bytes of the largest program,
-  whether one seed fits)] per group."""
+def memory_rows(groups: dict, group_memory: dict, device_bytes: int) -> list[tuple]:
+  """[(group name, gradient accumulation steps, bytes per seed, seeds per program, programs,
+  bytes of the largest program, whether one seed fits)] per group, from memory.group_memory."""
   rows = []
   for key, runs in groups.items():
     name = plan_lib.group_name(key)
-    per_seed = seed_bytes[name]
+    accumulation, per_seed, fits = group_memory[name]
     per_program = plan_lib.seeds_per_program(per_seed, device_bytes, len(runs))
     programs = len(plan_lib.split_into_programs(runs, per_program))
-    fits = per_seed is None or per_seed <= device_bytes * plan_lib.MEMORY_HEADROOM
-    rows.append((name, per_seed, per_program, programs,
+    rows.append((name, accumulation, per_seed, per_program, programs,
                  None if per_seed is None else per_seed * per_program, fits))
   return rows
 
@@ -34,17 +33,21 @@ def print_memory_plan(rows: list, device_bytes: int, platform: str) -> None:
   gib = lambda b: '-' if b is None else f'{b / memory.GIB:.2f}'  # pylint: disable=unnecessary-lambda-assignment
   print(f'MEMORY PLAN for a device of {device_bytes / memory.GIB:.1f} GiB (XLA\'s estimate of '
         f'the vmapped training step compiled on {platform}; a program plans at most '
-        f'{plan_lib.MEMORY_HEADROOM:.0%} of the device):')
-  print(f'  {"group":40} {"GiB/seed":>9} {"seeds/program":>14} {"programs":>9} '
+        f'{plan_lib.MEMORY_HEADROOM:.0%} of the device; a group whose seed does not fit '
+        'accumulates its gradient over 2, 4, ... micro-batches):')
+  print(f'  {"group":40} {"accum":>5} {"GiB/seed":>9} {"seeds/program":>14} {"programs":>9} '
         f'{"GiB/program":>12}')
-  for name, per_seed, per_program, programs, largest, fits in rows:
-    print(f'  {name:40} {gib(per_seed):>9} {per_program:>14} {programs:>9} {gib(largest):>12}'
-          + ('' if fits else '  DOES NOT FIT: one seed needs more than the device'))
-  over = [row[0] for row in rows if not row[5]]
-  print(f'  {sum(row[3] for row in rows)} programs' + (
-      f'; {len(over)} groups exceed the device even with one seed (they run one seed per '
-      'program and may fail: use a larger device, or shorter sequences or batches)'
-      if over else '; every program fits the device.'))
+  for name, accumulation, per_seed, per_program, programs, largest, fits in rows:
+    print(f'  {name:40} {accumulation:>5} {gib(per_seed):>9} {per_program:>14} {programs:>9} '
+          f'{gib(largest):>12}' + ('' if fits else '  DOES NOT FIT: one seed needs more than '
+                                   'the device at the most micro-batches'))
+  over = [row[0] for row in rows if not row[-1]]
+  accumulated = sum(row[1] > 1 for row in rows)
+  print(f'  {sum(row[4] for row in rows)} programs'
+        + (f'; {accumulated} groups accumulate their gradient' if accumulated else '') + (
+            f'; {len(over)} groups exceed the device even with one seed at the most '
+            'micro-batches (they run one seed per program and may fail: use a larger device, or '
+            'shorter sequences)' if over else '; every program fits the device.'))
 
 
 def estimate_argv(spec, campaign_dir, task: str, config, assume_tflops) -> list:

@@ -4,6 +4,7 @@ device, or the profiler (Table 2 and --estimate's timings)."""
 import os
 
 from absl import logging
+import jax
 import submitit
 
 from lra_luna import config_lib
@@ -59,16 +60,32 @@ class GroupJob(submitit.helpers.Checkpointable):
     per_program = len(todo)
     device_bytes = memory.device_memory_bytes(self.device_memory_gib) if todo else None
     if device_bytes:
-      seed_bytes = memory.vmapped_step_bytes(todo[0].config)
-      per_program = plan_lib.seeds_per_program(seed_bytes, device_bytes, len(todo))
-      print(f'{len(todo)} seeds, {seed_bytes / memory.GIB:.2f} GiB each (compiled estimate), on '
-            f'a device of {device_bytes / memory.GIB:.1f} GiB: {per_program} per program.',
-            flush=True)
+      runs, todo, per_program = self.plan_programs(runs, todo, device_bytes)
     failures = train_programs(todo, per_program)
     if failures:
       raise RuntimeError('; '.join(f'{run.name}: {reason} (log {run.log})'
                                    for run, reason in failures))
     return [run.name for run in runs]
+
+  def plan_programs(self, runs: list, todo: list, device_bytes: int) -> tuple:
+    """(runs, todo, seeds per program) on this job's device: where one seed does not fit, the
+    runs planned again with the fewest micro-batches that fit (plan.fitting_accumulation; the
+    override grad_accumulation_steps=<k>, recorded in each run's results)."""
+    config = todo[0].config
+    accumulation, seed_bytes, fits = plan_lib.fitting_accumulation(
+        lambda k: memory.vmapped_step_bytes(memory.with_accumulation(config, k)), device_bytes,
+        config.grad_accumulation_steps, config.batch_size // jax.device_count())
+    extra = plan_lib.accumulation_override(config, accumulation)
+    if extra:
+      runs = sweep.plan([self.config], self.seeds, [self.head], [*self.overrides, *extra],
+                        self.campaign_dir)
+      todo = [run for run in runs if not sweep.finished(run)]
+    per_program = plan_lib.seeds_per_program(seed_bytes, device_bytes, len(todo))
+    print(f'{len(todo)} seeds, {seed_bytes / memory.GIB:.2f} GiB each (compiled estimate'
+          f'{f", {accumulation} micro-batches" if accumulation > 1 else ""}), on a device of '
+          f'{device_bytes / memory.GIB:.1f} GiB: {per_program} per program'
+          f'{"" if fits else " (one seed does not fit; it may run out of memory)"}.', flush=True)
+    return runs, todo, per_program
 
 
 class ProfileJob(submitit.helpers.Checkpointable):

@@ -57,27 +57,50 @@ def platform() -> str:
 
 
 def config_key(config) -> str:
-  """A digest of what a group's step memory depends on: its config without the seed."""
+  """A digest of what a group's step memory depends on: its config without the seed, with its
+  gradient accumulation (left out at 1, so digests from before the field existed still hold)."""
   fields = {k: v for k, v in json.loads(config.to_json()).items() if k not in ('seed', 'preset')}
+  if fields.get('grad_accumulation_steps') == 1:
+    del fields['grad_accumulation_steps']
   return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def seed_bytes_of_groups(groups: dict, campaign_dir, estimate=vmapped_step_bytes) -> dict:
-  """{group name: bytes one seed of its step needs}, compiled once per config and platform and
-  kept in <campaign>/estimate/memory.json (a full-size step compiles for seconds to minutes)."""
+def with_accumulation(config, steps: int):
+  """A copy of config that accumulates its gradient over `steps` micro-batches."""
+  config = config.copy_and_resolve_references()
+  config.grad_accumulation_steps = steps
+  return config
+
+
+def cached_estimate(saved: dict, path, name: str, config, estimate) -> int | None:
+  """estimate(config), kept in `saved` (written to path) under the group's name, or
+  'name:grad_accumulation_steps=<k>' where it accumulates, with its config_key and platform."""
+  k = config.grad_accumulation_steps
+  entry_name = name if k == 1 else f'{name}:grad_accumulation_steps={k}'
+  entry, where = saved.get(entry_name, {}), platform()
+  if entry.get('config') != config_key(config) or entry.get('platform') != where:
+    start = time.perf_counter()
+    print(f'{name}: compiling its training step' + (f' with {k} micro-batches' if k > 1 else '')
+          + ' for its memory estimate ...', flush=True)
+    entry = {'config': config_key(config), 'platform': where, 'seed_bytes': estimate(config),
+             'compile_s': time.perf_counter() - start}
+    saved[entry_name] = entry
+    run_folder.write_json_atomically(path, saved)
+  return entry['seed_bytes']
+
+
+def group_memory(groups: dict, campaign_dir, device_bytes, estimate=vmapped_step_bytes) -> dict:
+  """{group name: (gradient accumulation steps, bytes one seed of its step needs, whether one
+  seed fits)}: plan.fitting_accumulation on the device (one device per job: the whole batch),
+  each estimate compiled once per config and platform and kept in
+  <campaign>/estimate/memory.json (a full-size step compiles for seconds to minutes)."""
   path = run_folder.memory_file(campaign_dir)
   saved = json.loads(path.read_text()) if path.exists() else {}
-  where = platform()
-  sizes = {}
+  plans = {}
   for key, runs in groups.items():
-    name = plan_lib.group_name(key)
-    entry = saved.get(name, {})
-    if entry.get('config') != config_key(runs[0].config) or entry.get('platform') != where:
-      start = time.perf_counter()
-      print(f'{name}: compiling its training step for its memory estimate ...', flush=True)
-      entry = {'config': config_key(runs[0].config), 'platform': where,
-               'seed_bytes': estimate(runs[0].config), 'compile_s': time.perf_counter() - start}
-      saved[name] = entry
-      run_folder.write_json_atomically(path, saved)
-    sizes[name] = entry['seed_bytes']
-  return sizes
+    name, config = plan_lib.group_name(key), runs[0].config
+    plans[name] = plan_lib.fitting_accumulation(
+        lambda k, name=name, config=config: cached_estimate(
+            saved, path, name, with_accumulation(config, k), estimate),
+        device_bytes, config.grad_accumulation_steps, config.batch_size)
+  return plans

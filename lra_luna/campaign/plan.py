@@ -51,6 +51,37 @@ def seeds_per_program(seed_bytes, device_bytes, num_seeds: int) -> int:
   return max(1, min(num_seeds, int(device_bytes * MEMORY_HEADROOM // seed_bytes)))
 
 
+def fits(seed_bytes, device_bytes) -> bool:
+  """Whether one seed fits MEMORY_HEADROOM of the device (True when either size is unknown)."""
+  return not seed_bytes or not device_bytes or seed_bytes <= device_bytes * MEMORY_HEADROOM
+
+
+def accumulation_steps_to_try(start: int, batch_per_device: int) -> list[int]:
+  """start, 2 start, 4 start, ... while they divide the per-device batch."""
+  steps = [start]
+  while batch_per_device % (steps[-1] * 2) == 0:
+    steps.append(steps[-1] * 2)
+  return steps
+
+
+def fitting_accumulation(seed_bytes_at, device_bytes, start: int,
+                         batch_per_device: int) -> tuple[int, int | None, bool]:
+  """(gradient accumulation steps, bytes per seed at them, whether one seed fits): the first of
+  accumulation_steps_to_try at which one seed fits the device (seed_bytes_at(k): the compiled
+  estimate at k micro-batches), else the last tried (least memory). Accumulation leaves the
+  update as it is (up to float summation order) and divides the step's activation memory."""
+  for k in accumulation_steps_to_try(start, batch_per_device):
+    seed_bytes = seed_bytes_at(k)
+    if fits(seed_bytes, device_bytes):
+      return k, seed_bytes, True
+  return k, seed_bytes, False
+
+
+def accumulation_override(config, steps: int) -> list[str]:
+  """['grad_accumulation_steps=<steps>'] where the plan changed config's own, else []."""
+  return [] if steps == config.grad_accumulation_steps else [f'grad_accumulation_steps={steps}']
+
+
 def split_into_programs(items: list, per_program: int) -> list[list]:
   """items in consecutive programs of per_program (the last may hold fewer: 5 by 2 is 2, 2, 1)."""
   return [items[i:i + per_program] for i in range(0, len(items), per_program)]

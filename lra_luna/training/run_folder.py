@@ -69,12 +69,14 @@ def read_jsonl(path) -> list[dict]:
 def config_differences(saved: dict, config) -> list[str]:
   """The fields in which a run folder's config.json (`saved`) differs from `config`; a field that
   config.json predates counts as its default (config_lib.saved_config); where the config came
-  from (config_lib.BOOKKEEPING_FIELDS: its preset) does not count."""
+  from (config_lib.BOOKKEEPING_FIELDS: its preset) and how a step is computed
+  (config_lib.SAME_UPDATE_FIELDS: its micro-batches) do not count."""
   from lra_luna import config_lib  # pylint: disable=g-import-not-at-top  (no JAX either)
   saved = config_lib.flatten(json.loads(config_lib.saved_config(saved).to_json()))
   wanted = config_lib.flatten(json.loads(config.to_json()))
   return sorted(k for k in set(saved) | set(wanted)
-                if saved.get(k) != wanted.get(k) and k not in config_lib.BOOKKEEPING_FIELDS)
+                if saved.get(k) != wanted.get(k)
+                and k not in (*config_lib.BOOKKEEPING_FIELDS, *config_lib.SAME_UPDATE_FIELDS))
 
 
 def check_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:
