@@ -18,7 +18,6 @@ import pytest
 from lra_luna import campaign
 from lra_luna import config_lib
 from lra_luna.campaign import __main__ as command
-from lra_luna.campaign import driver as driver_lib
 from lra_luna.campaign import estimate as estimate_lib
 from lra_luna.campaign import jobs as jobs_lib
 from lra_luna.campaign import launch

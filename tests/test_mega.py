@@ -18,9 +18,6 @@ from lra_luna.models import classifier as models
 from lra_luna.models import mega
 from lra_luna.models.model_config import ModelConfig
 from lra_luna.training import steps
-from lra_luna.training import train
-import test_tasks  # The task configs on tiny data (its helpers and mock_tfds fixture).
-from test_tasks import mock_tfds  # pylint: disable=unused-import  (a fixture)
 
 NAMES = ('mega', 'mega_chunk')
 
@@ -247,23 +244,3 @@ def test_rotary_bias_depends_on_the_offset_only():
   model = models.build_model(block_config(position_bias='rotary', num_layers=1), 0)
   logits = nnx.jit(lambda m, b: m(b))(model, {'inputs': np.ones((1, 20), int)})
   assert np.isfinite(np.asarray(logits)).all()
-
-
-@pytest.mark.parametrize('name, task', [
-    ('mega', 'listops'), ('mega', 'text'), ('mega', 'retrieval'), ('mega_chunk', 'image'),
-    ('mega_chunk', 'pathfinder'), ('mega_chunk', 'pathx')])
-def test_quick_config_trains_on_every_task(tmp_path, mock_tfds, name, task):
-  """Two steps of configs/<task>.py:<name>,quick on tiny data (Path-X: 16385 tokens in chunks
-  of 4096; full Mega there needs gigabytes for its 16385 x 16385 weights)."""
-  config = test_tasks.task_config(task, f'{name},quick')
-  config.update(data_dir=str(tmp_path / 'root'), **test_tasks.STEP_OVERRIDES)
-  if task == 'listops':
-    config.update(data_source='generated', max_length=24)
-    config.listops.update(num_train=8, num_val=4, num_test=4, min_length=4, max_length=20)
-  if task == 'retrieval':
-    test_tasks.write_aan(tmp_path / 'root' / 'aan')
-  if task in ('pathfinder', 'pathx'):
-    config.pathfinder.update(num_images=20, images_per_batch=20)
-  config.batch_size, config.eval_batch_size = (4, 2)
-  results = train.train_and_evaluate(config, tmp_path / 'run')
-  assert results['steps'] == 2 and np.isfinite(results['test_loss'])

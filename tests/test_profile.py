@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import types
 
 import jax
 import numpy as np

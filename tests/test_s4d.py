@@ -15,9 +15,6 @@ from lra_luna.models import classifier as models
 from lra_luna.models import s4d
 from lra_luna.models.model_config import ModelConfig
 from lra_luna.training import steps
-from lra_luna.training import train
-import test_tasks  # The task configs on tiny data (its helpers and mock_tfds fixture).
-from test_tasks import mock_tfds  # pylint: disable=unused-import  (a fixture)
 
 
 def small_layer(bidirectional=True, dim=3, state_dim=4, seed=0, num_ssm=0):
@@ -224,17 +221,3 @@ def test_paper_word_is_the_s4d_authors_protocol(task):
   assert config.model.attention_options.num_ssm == (0 if task.startswith('path') else 1)
   assert config.ssm_learning_rate == 1e-3 and config.schedule == 'cosine'
   assert config.adam_b2 == 0.999 and config.model.positions == 'none'
-
-
-@pytest.mark.parametrize('task', ['listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx'])
-def test_quick_config_trains_on_every_task(tmp_path, mock_tfds, task):
-  """Two steps of configs/<task>.py:s4d,quick on tiny data (Path-X: 16385 tokens)."""
-  config = test_tasks.task_config(task, 's4d,quick')
-  config.update(data_dir=str(tmp_path / 'root'), **test_tasks.STEP_OVERRIDES)
-  if task == 'retrieval':
-    test_tasks.write_aan(tmp_path / 'root' / 'aan')
-  if task in ('pathfinder', 'pathx'):
-    config.pathfinder.update(num_images=20, images_per_batch=20)
-  config.batch_size, config.eval_batch_size = (4, 2)
-  results = train.train_and_evaluate(config, tmp_path / 'run')
-  assert results['steps'] == 2 and np.isfinite(results['test_loss'])

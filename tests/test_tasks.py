@@ -360,27 +360,28 @@ STEP_OVERRIDES = dict(num_train_steps=2, warmup_steps=1, eval_every=2, checkpoin
                       log_every=1, progress_bar=False)
 
 
-def pathfinder_ready():
-  return importlib.util.find_spec('lra_luna.datasets.pathfinder') is not None
+# Two steps of configs/<task>.py:<model>,quick on tiny data, for the models whose code differs by
+# task: the Transformer (Luna-16 at Path-X length, where only a linear model fits; Luna itself has
+# its own tests), S4D and Mega (full Mega on the text tasks, Mega-chunk on the pixel tasks:
+# full Mega at Path-X needs gigabytes for its 16385 x 16385 weights).
+QUICK_RUNS = ([(t, 'luna16' if t == 'pathx' else 'transformer') for t in TASKS]
+              + [(t, 's4d') for t in ('listops', *TASKS)]
+              + [(t, 'mega') for t in ('listops', 'text', 'retrieval')]
+              + [(t, 'mega_chunk') for t in ('image', 'pathfinder', 'pathx')])
 
 
-@pytest.mark.parametrize('task', TASKS)
-def test_quick_config_trains(tmp_path, mock_tfds, task):
-  if task in ('pathfinder', 'pathx') and not pathfinder_ready():
-    pytest.skip('lra_luna.datasets.pathfinder is not written yet')
-  # The transformer traces and compiles faster than Luna on CPU (models have their own tests);
-  # at Path-X length only Luna fits.
-  model = 'luna16' if task == 'pathx' else 'transformer'
+@pytest.mark.parametrize('task, model', QUICK_RUNS)
+def test_quick_config_trains(tmp_path, mock_tfds, task, model):
   config = task_config(task, f'{model},quick')
-  config.update(data_dir=str(tmp_path / 'root'), **STEP_OVERRIDES)
-  batch_sizes = {'text': (4, 4), 'retrieval': (4, 4), 'image': (4, 2)}
+  config.update(data_dir=str(tmp_path / 'root'), batch_size=4, eval_batch_size=2,
+                **STEP_OVERRIDES)
+  if task == 'listops':
+    config.update(data_source='generated', max_length=24)
+    config.listops.update(num_train=8, num_val=4, num_test=4, min_length=4, max_length=20)
   if task == 'retrieval':
     write_aan(tmp_path / 'root' / 'aan')
   if task in ('pathfinder', 'pathx'):
-    count = 40 if task == 'pathfinder' else 20
-    config.pathfinder.update(num_images=count, images_per_batch=count)
-    batch_sizes[task] = (8, 4) if task == 'pathfinder' else (4, 2)
-  config.batch_size, config.eval_batch_size = batch_sizes[task]
+    config.pathfinder.update(num_images=20, images_per_batch=20)
   results = train.train_and_evaluate(config, tmp_path / 'run')
   assert results['steps'] == 2 and np.isfinite(results['test_loss'])
   assert json.loads((tmp_path / 'run' / 'results.json').read_text())['task'] == task

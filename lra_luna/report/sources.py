@@ -2,7 +2,6 @@
 the facts of the campaign that ran them (campaign.json), stated under every table and figure."""
 
 import json
-import pathlib
 
 from lra_luna.report.runs import TASK_NAMES
 from lra_luna.training import run_folder
