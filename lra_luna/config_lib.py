@@ -108,7 +108,7 @@ def base_config() -> ml_collections.ConfigDict:
   # max_length tokens or more loses it). Pixel tasks then need max_length 1025.
   c.append_eos = False
   c.batch_size = 0                  # global training batch, split over all devices (*)
-  # Micro-batches per step: the gradient is their mean (same update, ~1/k activation memory).
+  # Micro-batches per step: the gradient is their mean (same update, ~1/k activation memory)
   c.grad_accumulation_steps = 1
   c.eval_batch_size = 0             # global evaluation batch, last batch padded and masked (*)
   c.num_train_steps = 0             # optimizer steps (*)

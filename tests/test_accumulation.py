@@ -48,9 +48,6 @@ def test_accumulated_step_equals_the_single_batch_step(accumulation_steps):
     np.testing.assert_allclose(metrics[key], plain_metrics[key], rtol=1e-5, err_msg=key)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                accumulated['params'], plain['params'])
-  # The means are over the whole batch: the accuracy is a multiple of 1/8, not of 1/2 or 1/4.
-  logits_ok = float(plain_metrics['train_accuracy']) * 8
-  assert abs(logits_ok - round(logits_ok)) < 1e-5
 
 
 def test_accumulated_gradient_is_the_mean_of_the_micro_batches():
@@ -72,7 +69,8 @@ def test_float16_accumulated_step_with_loss_scaling_matches_the_single_batch_ste
   batch = random_batch()
   plain, plain_metrics = one_step(small_model(dtype='float16'), 1, batch)
   accumulated, metrics = one_step(small_model(dtype='float16'), 4, batch)
-  assert float(metrics['skipped_steps']) == 0.0 and int(accumulated['loss_scale']['good_steps']) == 1
+  assert float(metrics['skipped_steps']) == 0.0
+  assert int(accumulated['loss_scale']['good_steps']) == 1
   np.testing.assert_allclose(metrics['grad_norm'], plain_metrics['grad_norm'], rtol=1e-2)
   np.testing.assert_allclose(metrics['train_loss'], plain_metrics['train_loss'], rtol=1e-2)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-3), accumulated['params'],

@@ -197,6 +197,15 @@ def test_batch_that_does_not_divide_devices_is_refused(data_dir, tmp_path, monke
     train.train_and_evaluate(tiny_config(data_dir), tmp_path / 'run')
 
 
+def test_accumulation_that_does_not_divide_the_per_device_batch_is_refused(data_dir, tmp_path,
+                                                                           monkeypatch):
+  monkeypatch.setattr(jax, 'device_count', lambda: 2)  # 4 rows per device: 8 micro-batches is
+  # too many
+  with pytest.raises(ValueError, match=r'config\.grad_accumulation_steps = 8 .* divides the '
+                     r'per-device batch \(2 devices\), 4'):
+    train.train_and_evaluate(tiny_config(data_dir, grad_accumulation_steps=8), tmp_path / 'run')
+
+
 def test_cli_reports_bad_input_in_one_line(data_dir, tmp_path):
   bad = tmp_path / 'bad_data' / 'listops-1000'
   bad.mkdir(parents=True)
