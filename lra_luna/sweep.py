@@ -39,8 +39,11 @@ from lra_luna import config_lib
 from lra_luna.models import model_config
 from lra_luna.training import run_folder
 from lra_luna.training import train
+import lra_luna
 
-RUN_LRA = pathlib.Path(__file__).resolve().parent.parent / 'run_lra.py'
+# run_lra: the checkout's run_lra.py, else the module `pip install .` installs beside lra_luna.
+RUN_LRA = ([str(lra_luna.CHECKOUT / 'run_lra.py')] if lra_luna.CHECKOUT
+           else ['-m', 'run_lra'])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +150,7 @@ def run_sequential(runs: list[Run]) -> list[tuple]:
   failures = []
   for i, run in enumerate(runs, 1):
     run.workdir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, str(RUN_LRA), f'--config={run.spec}',
+    command = [sys.executable, *RUN_LRA, f'--config={run.spec}',
                f'--workdir={run.workdir}', *run.flags]
     print(f'[{i}/{len(runs)}] {run.name}: running (log {run.log})', flush=True)
     start = time.time()
