@@ -433,7 +433,7 @@ def machine(threads: int) -> str:
           f'{platform.python_version()}, JAX {jax.__version__}, PyTorch {torch_version}')
 
 
-def main() -> None:
+def parse_args():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--lengths', default='1024,2048,4096')
   parser.add_argument('--batch_sizes', default='1,8')
@@ -460,11 +460,11 @@ def main() -> None:
   parser.add_argument('--batch_size', type=int, help=argparse.SUPPRESS)
   parser.add_argument('--fairseq_dir', default='', help=argparse.SUPPRESS)
   parser.add_argument('--sizes', default='{}', help=argparse.SUPPRESS)
-  args = parser.parse_args()
-  if args.worker:
-    worker(args)
-    return
+  return parser.parse_args()
 
+
+def chosen_sides(args) -> list[str]:
+  """--sides checked (and repeated for each --trees checkout); exits in one line on a mistake."""
   sides = [s.strip() for s in args.sides.split(',') if s.strip()]
   unknown = sorted(set(sides) - set(OURS) - set(PEERS))
   if unknown:
@@ -479,29 +479,31 @@ def main() -> None:
     except ImportError:
       sys.exit('error: the PyTorch rows need torch: pip install torch==2.13.0 (or drop them '
                'with --sides)')
-  with tempfile.TemporaryDirectory() as fairseq_dir:
-    if 'authors_luna16' in sides:
-      problem = fairseq_apollo_problem(pathlib.Path(args.fairseq_apollo))
-      if problem:
-        print(problem, file=sys.stderr)
-        sides.remove('authors_luna16')
-      else:
-        fairseq_stub(pathlib.Path(args.fairseq_apollo), pathlib.Path(fairseq_dir))
-    sizes = text_sizes()
-    points = []
-    for length in [int(v) for v in args.lengths.split(',')]:
-      for batch_size in [int(v) for v in args.batch_sizes.split(',')]:
-        transformer_ok = str(batch_size) in args.transformer_batch_sizes.split(',')
-        point_sides = ['matmul'] + [s for s in sides
-                                     if transformer_ok or s.partition('@')[0] not in TRANSFORMERS]
-        result = measure(point_sides, length, batch_size, args, fairseq_dir, sizes)
-        matmul = result.pop('matmul')
-        work = {peer: peer_work_flops(ours, length, batch_size)
-                for peer, ours in PEERS.items() if peer in result}
-        points.append({'length': length, 'batch_size': batch_size, 'sides': result,
-                       'matmul_gflops': matmul['flops'] * matmul['steps_per_s'] / 1e9,
-                       'peer_work_flops': work})
-        print(table(points[-1:]), file=sys.stderr, flush=True)
+  return sides
+
+
+def measure_points(args, sides, fairseq_dir) -> list[dict]:
+  """Every (length, batch size) point: each side's steps/s, the matmul rate, the peers' work."""
+  sizes = text_sizes()
+  points = []
+  for length in [int(v) for v in args.lengths.split(',')]:
+    for batch_size in [int(v) for v in args.batch_sizes.split(',')]:
+      transformer_ok = str(batch_size) in args.transformer_batch_sizes.split(',')
+      point_sides = ['matmul'] + [s for s in sides
+                                   if transformer_ok or s.partition('@')[0] not in TRANSFORMERS]
+      result = measure(point_sides, length, batch_size, args, fairseq_dir, sizes)
+      matmul = result.pop('matmul')
+      work = {peer: peer_work_flops(ours, length, batch_size)
+              for peer, ours in PEERS.items() if peer in result}
+      points.append({'length': length, 'batch_size': batch_size, 'sides': result,
+                     'matmul_gflops': matmul['flops'] * matmul['steps_per_s'] / 1e9,
+                     'peer_work_flops': work})
+      print(table(points[-1:]), file=sys.stderr, flush=True)
+  return points
+
+
+def write_outputs(args, points) -> None:
+  """peers.json (every point, the arguments) and peers.md (the table with the setting)."""
   matmul_rates = ', '.join(f"{p['matmul_gflops']:.0f}" for p in points)
   text = (f'{machine(args.threads)}. Matmul ({MATMUL_SIZE}^2 float32 jnp.dot, timed in the rounds '
           f'of each point): {matmul_rates} GFLOP/s. Rounds: {args.rounds} interleaved steps per '
@@ -514,6 +516,24 @@ def main() -> None:
       indent=1))
   (out_dir / 'peers.md').write_text(text)
   print(text)
+
+
+def main() -> None:
+  args = parse_args()
+  if args.worker:
+    worker(args)
+    return
+  sides = chosen_sides(args)
+  with tempfile.TemporaryDirectory() as fairseq_dir:
+    if 'authors_luna16' in sides:
+      problem = fairseq_apollo_problem(pathlib.Path(args.fairseq_apollo))
+      if problem:
+        print(problem, file=sys.stderr)
+        sides.remove('authors_luna16')
+      else:
+        fairseq_stub(pathlib.Path(args.fairseq_apollo), pathlib.Path(fairseq_dir))
+    points = measure_points(args, sides, fairseq_dir)
+  write_outputs(args, points)
 
 
 if __name__ == '__main__':
