@@ -131,6 +131,53 @@ def single_matmul_rate() -> float:
   return 2 * MATMUL_SIZE**3 / sorted(times)[2] / 1e9
 
 
+def time_and_trace(jax, step, state, batch, key, num_steps: int) -> tuple[float, dict]:
+  """(untraced ms per step after two warm-up steps, {op: ms per step} from a profiler trace)."""
+  for _ in range(2):
+    state, metrics = step(state, batch, key)
+  jax.block_until_ready(metrics)
+  start = time.perf_counter()
+  for _ in range(num_steps):
+    state, metrics = step(state, batch, key)
+  jax.block_until_ready(metrics)
+  step_ms = (time.perf_counter() - start) / num_steps * 1e3
+  with tempfile.TemporaryDirectory() as trace_dir:
+    jax.profiler.start_trace(trace_dir)
+    for _ in range(num_steps):
+      state, metrics = step(state, batch, key)
+    jax.block_until_ready(metrics)
+    jax.profiler.stop_trace()
+    return step_ms, op_times(trace_dir, num_steps)
+
+
+def grouped(times: dict, matmuls: dict) -> dict:
+  """{op group: {'ms', 'ops', 'gflop'}} summed over the ops of each group."""
+  groups = collections.defaultdict(lambda: {'ms': 0.0, 'ops': 0, 'gflop': 0.0})
+  for op, ms in times.items():
+    group = groups[group_of(op, matmuls)]
+    group['ms'] += ms
+    group['ops'] += 1
+    group['gflop'] += matmuls[op][1] / 1e9 if op in matmuls else 0.0
+  return dict(groups)
+
+
+def group_table(title: str, groups: dict) -> str:
+  """The Markdown table of the groups over 0.5% of the ops' time, largest first."""
+  total_ms = sum(g['ms'] for g in groups.values())
+  lines = [title, '', '| op group | ms / step | share | ops | GFLOP | GFLOP/s |',
+           '|---|---:|---:|---:|---:|---:|']
+  for name, group in sorted(groups.items(), key=lambda item: -item[1]['ms']):
+    if group['ms'] < 0.005 * total_ms:
+      continue
+    rate = f"{group['gflop'] / group['ms'] * 1e3:.0f}" if group['gflop'] else ''
+    gflop = f"{group['gflop']:.2f}" if group['gflop'] else ''
+    lines.append(f"| {name} | {group['ms']:.1f} | {100 * group['ms'] / total_ms:.1f}% | "
+                 f"{group['ops']} | {gflop} | {rate} |")
+  lines.append(f'| (groups under 0.5% each) | '
+               f'{sum(g["ms"] for g in groups.values() if g["ms"] < 0.005 * total_ms):.1f} | | | | |')
+  return '\n'.join(lines)
+
+
 def main(argv=None):
   args = parse_args(argv)
   # Pin before JAX starts its thread pools, so XLA sizes them for these cores.
@@ -141,49 +188,16 @@ def main(argv=None):
   config = profile.point_config(str(TEXT_CONFIG), args.model, args.length, args.batch_size,
                                 'float32')
   step, state, batch, key, _ = profile.build_step(config)
-  compiled = step.lower(state, batch, key).compile()
-  matmuls = matmul_ops(compiled.as_text())
-  for _ in range(2):
-    state, metrics = step(state, batch, key)
-  jax.block_until_ready(metrics)
-  start = time.perf_counter()
-  for _ in range(args.steps):
-    state, metrics = step(state, batch, key)
-  jax.block_until_ready(metrics)
-  step_ms = (time.perf_counter() - start) / args.steps * 1e3
-  with tempfile.TemporaryDirectory() as trace_dir:
-    jax.profiler.start_trace(trace_dir)
-    for _ in range(args.steps):
-      state, metrics = step(state, batch, key)
-    jax.block_until_ready(metrics)
-    jax.profiler.stop_trace()
-    times = op_times(trace_dir, args.steps)
-
-  groups = collections.defaultdict(lambda: {'ms': 0.0, 'ops': 0, 'gflop': 0.0})
-  for op, ms in times.items():
-    group = groups[group_of(op, matmuls)]
-    group['ms'] += ms
-    group['ops'] += 1
-    group['gflop'] += matmuls[op][1] / 1e9 if op in matmuls else 0.0
+  matmuls = matmul_ops(step.lower(state, batch, key).compile().as_text())
+  step_ms, times = time_and_trace(jax, step, state, batch, key, args.steps)
+  groups = grouped(times, matmuls)
   total_ms = sum(g['ms'] for g in groups.values())
   matmul_rate = single_matmul_rate()
-  rows = sorted(groups.items(), key=lambda item: -item[1]['ms'])
   title = (f'{args.model}, {args.length} tokens, batch {args.batch_size}, {args.cores} core(s): '
            f'step {step_ms:.0f} ms untraced, ops {total_ms:.0f} ms; '
            f'jnp.dot {MATMUL_SIZE}^2 on the same cores {matmul_rate:.0f} GFLOP/s '
            f'(JAX {jax.__version__}, {profile.cpu_name()})')
-  lines = [title, '', '| op group | ms / step | share | ops | GFLOP | GFLOP/s |',
-           '|---|---:|---:|---:|---:|---:|']
-  for name, group in rows:
-    if group['ms'] < 0.005 * total_ms:
-      continue
-    rate = f"{group['gflop'] / group['ms'] * 1e3:.0f}" if group['gflop'] else ''
-    gflop = f"{group['gflop']:.2f}" if group['gflop'] else ''
-    lines.append(f"| {name} | {group['ms']:.1f} | {100 * group['ms'] / total_ms:.1f}% | "
-                 f"{group['ops']} | {gflop} | {rate} |")
-  lines.append(f'| (groups under 0.5% each) | '
-               f'{sum(g["ms"] for g in groups.values() if g["ms"] < 0.005 * total_ms):.1f} | | | | |')
-  table = '\n'.join(lines)
+  table = group_table(title, groups)
   print(table)
   out_dir = pathlib.Path(args.out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
@@ -191,7 +205,7 @@ def main(argv=None):
   record = {'model': args.model, 'length': args.length, 'batch_size': args.batch_size,
             'cores': args.cores, 'step_ms': step_ms, 'op_ms': total_ms,
             'matmul_gflops': matmul_rate, 'jax_version': jax.__version__,
-            'groups': dict(groups), 'ops': times}
+            'groups': groups, 'ops': times}
   (out_dir / 'op_profile.json').write_text(json.dumps(record, indent=1))
 
 
