@@ -10,17 +10,13 @@ import pytest
 
 from lra_luna import config_lib
 from lra_luna import profile
-from lra_luna.models import model_config
 from lra_luna.training import steps
+import tiny  # the shared tiny run and model (tests/tiny.py)
 
 
 def small_model(model_name='transformer', **overrides):
-  c = config_lib.set_model(config_lib.base_config(), model_name)
-  c.model.update(dim=16, num_heads=2, num_layers=1, ffn_dim=32, classifier_dim=24, dropout=0.0,
-                 attention_dropout=0.0, pack_length=4, vocab_size=11, num_classes=3,
-                 max_length=40)
-  c.model.update(overrides)
-  return model_config.ModelConfig.from_config(c.model)
+  return tiny.model_config(model_name, **{'num_layers': 1, 'dropout': 0.0,
+                                          'attention_dropout': 0.0, **overrides})
 
 
 def random_batch(rows=8, length=12, seed=0):

@@ -11,16 +11,10 @@ from lra_luna import config_lib
 from lra_luna import registry
 from lra_luna.models import attention
 from lra_luna.models import classifier as models
-from lra_luna.models import model_config
+import tiny  # the shared tiny run and model (tests/tiny.py)
 
 
-def small_model_config(model_name='luna16', **overrides):
-  c = config_lib.set_model(config_lib.base_config(), model_name)
-  m = c.model
-  m.update(dim=16, num_heads=2, num_layers=2, ffn_dim=32, classifier_dim=24, dropout=0.1,
-           attention_dropout=0.1, pack_length=4, vocab_size=11, num_classes=3, max_length=40)
-  m.update(overrides)
-  return model_config.ModelConfig.from_config(m)
+small_model_config = tiny.model_config  # the shared tiny model (tests/tiny.py)
 
 
 def linear(layer, x):

@@ -14,20 +14,15 @@ from lra_luna import config_lib
 from lra_luna.models import attention
 from lra_luna.models import classifier as models
 from lra_luna.models import linear
-from lra_luna.models import model_config
 from lra_luna.training import checkpoints
 from lra_luna.training import metrics
 from lra_luna.training import run_folder
 from lra_luna.training import steps
+import tiny  # the shared tiny run and model (tests/tiny.py)
 
 
 def small_model_config(model_name='luna16', **overrides):
-  c = config_lib.set_model(config_lib.base_config(), model_name)
-  c.model.update(dim=16, num_heads=2, num_layers=2, ffn_dim=32, classifier_dim=24, dropout=0.0,
-                 attention_dropout=0.0, pack_length=4, vocab_size=11, num_classes=3,
-                 max_length=40)
-  c.model.update(overrides)
-  return model_config.ModelConfig.from_config(c.model)
+  return tiny.model_config(model_name, **{'dropout': 0.0, 'attention_dropout': 0.0, **overrides})
 
 
 @nnx.jit

@@ -45,3 +45,16 @@ def overrides(**changes) -> list[str]:
 def flags(**changes) -> list[str]:
   """The tiny settings as run_lra.py `--config.key=value` flags."""
   return [f'--config.{item}' for item in overrides(**changes)]
+
+
+def model_config(model_name: str = 'luna16', **overrides):
+  """A tiny ModelConfig of a registry model (width 16, two layers, vocabulary 11, 3 classes,
+  length 40, dropout 0.1) with `overrides`: the model tests' one small model."""
+  from lra_luna import config_lib  # pylint: disable=import-outside-toplevel
+  from lra_luna.models import model_config as model_config_lib  # pylint: disable=import-outside-toplevel
+  c = config_lib.set_model(config_lib.base_config(), model_name)
+  c.model.update(dim=16, num_heads=2, num_layers=2, ffn_dim=32, classifier_dim=24, dropout=0.1,
+                 attention_dropout=0.1, pack_length=4, vocab_size=11, num_classes=3,
+                 max_length=40)
+  c.model.update(overrides)
+  return model_config_lib.ModelConfig.from_config(c.model)
