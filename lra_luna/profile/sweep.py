@@ -141,9 +141,10 @@ def write_outputs(results: dict, out_dir: pathlib.Path) -> None:
   points = results['points']
   results['slopes'] = {'step_s': slopes_lib.scaling_slopes(points, 'step_s'),
                        'memory': slopes_lib.scaling_slopes(points, tabulate.memory_key(points))}
-  (out_dir / run_folder.PROFILE_FILE).write_text(json.dumps(results, indent=2) + '\n')
   tabulate.write_tables(results, out_dir)
   plot.plot_scaling(results, out_dir / 'scaling.png')
+  # Last and whole: a campaign takes profile.json as the sign that every file is written.
+  run_folder.write_json_atomically(out_dir / run_folder.PROFILE_FILE, results)
 
 
 def sweep_header(args, device: dict, isolated: bool) -> dict:
