@@ -160,7 +160,8 @@ def train_loop(config, runs, state, start_step: int, data, evaluate, graphdef, t
         [next(run.train_iter) for run in runs]), seed_axis=True)
     state, step_metrics = step_fn(state, batch, dropout_keys)
     monitor.step_done(step, step_metrics)
-    stop.enter('train', immediate=False)
+    if step == start_step + 1:  # The first step has compiled: training from here on.
+      stop.enter('train', immediate=False)
     if itstime(step, config.log_every, config.num_train_steps):
       monitor.flush(step)
     if itstime(step, config.eval_every, config.num_train_steps):
