@@ -121,9 +121,10 @@ def authors_settings(task: str) -> dict:
 
 
 def use_authors_protocol(config) -> None:
-  """Sets config to the protocol of its model's own paper for config.task (the Luna authors'
-  for every model but S4D, whose is s4d_settings; Luna's pack length l, from the model name,
-  stays) and records config.protocol = 'paper'."""
+  """Sets config to the protocol of its model's own paper for config.task (the registry entry's
+  paper_protocol: the Luna authors' for Luna, the Transformer and the 2021 baselines, the S4
+  authors' for S4D, the Mega authors' for Mega and Mega-chunk; Luna's pack length l, from the
+  model name, stays) and records config.protocol = 'paper'."""
   settings = {'luna': authors_settings, 's4d': s4d_settings, 'mega': mega_settings}
   protocol = registry.get(config.model_name).paper_protocol
   for field, value in settings[protocol](config.task).items():
