@@ -480,3 +480,18 @@ def test_an_isolated_point_runs_in_a_worker_with_the_same_estimate(sweep, tiny_c
   assert results['isolated'] and point['status'] == 'ok' and point['steps_per_s'] > 0
   assert point['estimated_bytes'] == in_process['estimated_bytes']
   assert results['worker_environment']['XLA_PYTHON_CLIENT_MEM_FRACTION']
+
+
+def test_profile_json_is_written_after_every_other_output(tmp_path, monkeypatch):
+  """A campaign takes profile.json as the sign that the profile finished, so it comes last: the
+  tables and the plot are on disk before it exists."""
+  from lra_luna.profile import plot, sweep  # pylint: disable=import-outside-toplevel
+  seen = []
+  monkeypatch.setattr(tabulate, 'write_tables', lambda results, out_dir: seen.append(
+      ('tables', (out_dir / run_folder.PROFILE_FILE).exists())))
+  monkeypatch.setattr(plot, 'plot_scaling', lambda results, path: seen.append(
+      ('plot', (path.parent / run_folder.PROFILE_FILE).exists())))
+  sweep.write_outputs({'points': [], 'models': []}, tmp_path)
+  assert seen == [('tables', False), ('plot', False)]
+  assert json.loads((tmp_path / run_folder.PROFILE_FILE).read_text())['slopes'] == {
+      'step_s': {}, 'memory': {}}
