@@ -1,6 +1,6 @@
 """lra_luna: Luna (Ma et al., NeurIPS 2021) and baselines on the Long Range Arena, in JAX/Flax NNX.
 
-The package is laid out by layer: `models/` (attention, layers, classifiers, plug-ins),
+The package is laid out by layer: `models/` (attention, blocks, encoder, heads, plug-ins),
 `datasets/` (readers, generators, input pipeline), `training/` (loop, steps, checkpoints,
 metrics, run folder), and the tools on top (`evaluate`, `predict`, `profile`, `sweep`, `report`).
 """
@@ -17,8 +17,11 @@ CHECKOUT = (_PARENT if (_PARENT / 'configs').is_dir() and (_PARENT / 'pyproject.
 # Modules that lived at the top of the package before the layout by layer. Plug-ins written then
 # (`from lra_luna import attention`) keep working; the modules load only when asked for, so that
 # tools such as `report` never import JAX.
-_MOVED = {name: f'lra_luna.models.{name}'
-          for name in ('attention', 'baselines', 'causal', 'layers', 'plugins')}
+_MOVED = {'attention': 'lra_luna.models.attention',
+          'baselines': 'lra_luna.models.attention.baselines',
+          'causal': 'lra_luna.models.attention.causal_luna',
+          'layers': 'lra_luna.models.nn.layers',
+          'plugins': 'lra_luna.models.plugins'}
 
 
 def __getattr__(name: str):

@@ -171,31 +171,31 @@ register(Model('transformer', 'Transformer', 'softmax', table1=(
             (37.11, 65.21, 79.14, 42.94, 71.83), 59.24, 54.27))))
 # jax.nn.dot_product_attention: the same model; fused kernels where the backend has one.
 register(Model('transformer_fused', 'Transformer (fused)', 'softmax', implementation='fused'))
-_baseline('local', 'Local Attention', _MODULES + 'baselines:LocalAttention', {'block_size': 50},
+_baseline('local', 'Local Attention', _MODULES + 'attention.baselines:LocalAttention', {'block_size': 50},
           ((15.82, 52.98, 53.39, 41.46, 66.63), 46.06, 44.22),
           (('1.1', '1.7', '3.2', '5.3'), ('0.49', '0.29', '0.19', '0.14')),
           {'block_size': 16})
 # Sparse Transformer's fixed pattern (l = 50, c = 10) and Longformer's window (512): LRA's values.
 _baseline('sparse_transformer', 'Sparse Trans.',
-          _MODULES + 'sparse_patterns:SparseTransformerAttention',
+          _MODULES + 'attention.sparse_patterns:SparseTransformerAttention',
           {'block_length': 50, 'summary_columns': 10},
           ((17.07, 63.58, 59.59, 44.24, 71.71), 51.24, 49.15), None,
           {'block_length': 8, 'summary_columns': 2})
-_baseline('longformer', 'Longformer', _MODULES + 'sparse_patterns:LongformerAttention',
+_baseline('longformer', 'Longformer', _MODULES + 'attention.sparse_patterns:LongformerAttention',
           {'window': 512}, ((35.63, 62.85, 56.89, 42.22, 69.71), 53.46, 52.60), None,
           {'window': 9})
-_baseline('linformer', 'Linformer', _MODULES + 'baselines:LinformerAttention',
+_baseline('linformer', 'Linformer', _MODULES + 'attention.baselines:LinformerAttention',
           {'projected_length': 256}, ((35.70, 53.94, 52.27, 38.56, 76.34), 51.36, 51.14),
           (('1.2', '1.9', '3.7', '5.5'), ('0.44', '0.21', '0.18', '0.10')),
           {'projected_length': 8})
 # Reformer: 1 hash round, 10 buckets (LRA).
-_baseline('reformer', 'Reformer', _MODULES + 'reformer:ReformerAttention',
+_baseline('reformer', 'Reformer', _MODULES + 'attention.reformer:ReformerAttention',
           {'num_hashes': 1, 'num_buckets': 10},
           ((37.27, 56.10, 53.40, 38.07, 68.50), 50.67, 49.99),
           (('0.5', '0.4', '0.7', '0.8'), ('0.56', '0.37', '0.28', '0.24')),
           {'num_hashes': 2, 'num_buckets': 4})
 # Sinkhorn: blocks of 50, of 64 on the pixel tasks (LRA's cifar10 and pathfinder32 configs).
-_baseline('sinkhorn', 'Sinkhorn Trans.', _MODULES + 'block_sparse:SinkhornAttention',
+_baseline('sinkhorn', 'Sinkhorn Trans.', _MODULES + 'attention.block_sparse:SinkhornAttention',
           {'block_size': 50},
           ((33.67, 61.20, 53.83, 41.23, 67.45), 51.39, 50.89,
            'Avg. as printed (LRA README: 51.29); its five scores average 51.48.'),
@@ -203,21 +203,21 @@ _baseline('sinkhorn', 'Sinkhorn Trans.', _MODULES + 'block_sparse:SinkhornAttent
           {'block_size': 8},
           task_options={task: {'block_size': 64} for task in ('image', 'pathfinder', 'pathx')})
 # Synthesizer: LRA ran 'random' + dot product on every task.
-_baseline('synthesizer', 'Synthesizer', _MODULES + 'synthesizer:SynthesizerAttention',
+_baseline('synthesizer', 'Synthesizer', _MODULES + 'attention.synthesizer:SynthesizerAttention',
           {'mode': 'random', 'dot_product': True},
           ((36.99, 61.68, 54.67, 41.61, 69.45), 52.88, 52.43),
           (('1.1', '1.2', '2.9', '1.4'), ('0.76', '0.75', '0.74', '0.74')))
 # BigBird: blocks of 64, 3 random blocks per row, first and last block global (LRA).
-_baseline('bigbird', 'BigBird', _MODULES + 'block_sparse:BigBirdAttention',
+_baseline('bigbird', 'BigBird', _MODULES + 'attention.block_sparse:BigBirdAttention',
           {'block_size': 64, 'num_random_blocks': 3},
           ((36.05, 64.02, 59.29, 40.83, 74.87), 55.01, 53.94),
           (('0.9', '0.8', '1.2', '1.1'), ('0.91', '0.56', '0.40', '0.30')),
           {'block_size': 4, 'num_random_blocks': 2})
 _baseline('linear_transformer', 'Linear Trans.',
-          _MODULES + 'baselines:LinearTransformerAttention', {},
+          _MODULES + 'attention.baselines:LinearTransformerAttention', {},
           ((16.13, 65.90, 53.09, 42.34, 75.30), 50.55, 49.92),
           (('1.1', '1.9', '3.7', '5.6'), ('0.44', '0.22', '0.15', '0.11')))
-_baseline('performer', 'Performer', _MODULES + 'baselines:PerformerAttention',
+_baseline('performer', 'Performer', _MODULES + 'attention.baselines:PerformerAttention',
           {'num_features': 256, 'redraw_features': False},
           ((18.01, 65.40, 53.82, 42.77, 77.05), 51.41, 50.81),
           (('1.2', '1.9', '3.8', '5.7'), ('0.44', '0.22', '0.15', '0.11')),
@@ -237,12 +237,12 @@ def _s4d_row(label, values, pathx, average, note=''):
                                 None, note)
 
 
-# S4D (models/s4d.py): its own block; options at the S4D paper's defaults (N = 64, S4D-Inv,
+# S4D (models/blocks/s4d.py): its own block; options at the S4D paper's defaults (N = 64, S4D-Inv,
 # dt in [1e-3, 1e-1], bidirectional, pre-norm); always no positions (the convolution knows
 # them), no embedding LayerNorm, mean pooling and the SSM's own rate without weight decay.
 # The authors' per-task LRA settings are the 'paper' protocol (protocols.S4D_TASKS).
 register(Model(
-    's4d', 'S4D', 's4d', block_class=_MODULES + 's4d:S4DBlock',
+    's4d', 'S4D', 's4d', block_class=_MODULES + 'blocks.s4d:S4DBlock',
     options={'state_dim': 64, 'init': 'inv', 'dt_min': 1e-3, 'dt_max': 1e-1,
              'bidirectional': True, 'prenorm': True, 'num_ssm': 0},
     settings={'model.positions': 'none', 'model.embedding_layernorm': False,
@@ -262,7 +262,7 @@ def _mega_row(name, label, values, pathx, average):
   return published.PublishedRow(label, name, None, MEGA_PAPER, 'Table 2', accuracy, average)
 
 
-# Mega (models/mega.py): its own block. The options per task are the authors' LRA model (their
+# Mega (models/blocks/mega.py): its own block. The options per task are the authors' LRA model (their
 # fairseq LRA scripts): softmax attention and post-norm on the text tasks (scalenorm on Text and
 # Retrieval), laplace attention and pre-norm on the pixel tasks (their batchnorm there is a
 # LayerNorm here, docs/mega.md), EMA kernels cut at 1024 lags (4096 on Path-X), the simple
@@ -277,13 +277,13 @@ _MEGA_TASK_OPTIONS = {'listops': {**_MEGA_TEXT, 'norm': 'layernorm'}, 'text': _M
 _MEGA_SETTINGS = {'model.positions': 'none', 'model.embedding_layernorm': False,
                   'model.head': 'mean'}
 register(Model(
-    'mega', 'Mega', 'mega', block_class=_MODULES + 'mega:MegaBlock',
+    'mega', 'Mega', 'mega', block_class=_MODULES + 'blocks.mega:MegaBlock',
     options={'z_dim': 64, 'ema_dim': 16, 'truncation': 1024, 'position_bias': 'simple'},
     task_options=_MEGA_TASK_OPTIONS, settings=_MEGA_SETTINGS, paper_protocol='mega',
     test_options={'z_dim': 8, 'ema_dim': 2},
     table1=(_mega_row('mega', 'Mega', (63.14, 90.43, 91.25, 90.44, 96.01), 97.98, 88.21),)))
 register(Model(
-    'mega_chunk', 'Mega-chunk', 'mega_chunk', block_class=_MODULES + 'mega:MegaBlock',
+    'mega_chunk', 'Mega-chunk', 'mega_chunk', block_class=_MODULES + 'blocks.mega:MegaBlock',
     options={'z_dim': 64, 'ema_dim': 16, 'truncation': 1024, 'position_bias': 'simple',
              'chunk_size': 128},
     task_options={**_MEGA_TASK_OPTIONS,

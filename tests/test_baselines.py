@@ -10,7 +10,7 @@ from flax import nnx
 
 from lra_luna import registry
 from lra_luna.models.attention import merge_heads, split_heads
-from lra_luna.models.baselines import (LocalAttention, PerformerAttention, RandomFeatures,
+from lra_luna.models.attention.baselines import (LocalAttention, PerformerAttention, RandomFeatures,
                                        linear_attention, linear_attention_direct,
                                        orthogonal_gaussian_features)
 

@@ -17,10 +17,10 @@ import pytest
 from flax import nnx
 
 from lra_luna.models.attention import merge_heads, split_heads
-from lra_luna.models.baselines import RandomFeatures
-from lra_luna.models.block_sparse import (BigBirdAttention, SinkhornAttention, random_block_table,
+from lra_luna.models.attention.base import RandomFeatures
+from lra_luna.models.attention.block_sparse import (BigBirdAttention, SinkhornAttention, random_block_table,
                                           sort_matrix, sorted_block_attention)
-from lra_luna.models.dropout import Dropout
+from lra_luna.models.nn.dropout import Dropout
 
 DIM, HEADS, LENGTH = 16, 2, 41
 # Small blocks so that n = 41 has several (6) blocks, the last one partial.

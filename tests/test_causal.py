@@ -9,7 +9,7 @@ import optax
 import pytest
 from flax import nnx
 
-from lra_luna.models.causal import (CausalLunaAttention, CausalLunaLM, causal_luna_chunked,
+from lra_luna.models.attention.causal_luna import (CausalLunaAttention, CausalLunaLM, causal_luna_chunked,
                              causal_luna_cumsum, causal_luna_direct, feature_map,
                              greedy_generate)
 

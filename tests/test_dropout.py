@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lra_luna.models import dropout as dropout_lib
+from lra_luna.models.nn import dropout as dropout_lib
 
 SIZE = 1 << 20  # Enough draws for a 5-sigma band of about 2e-3 on a keep rate.
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lra_luna.models import layers, linear
+from lra_luna.models.nn import layers, linear
 from lra_luna import profile
 
 

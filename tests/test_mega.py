@@ -15,7 +15,9 @@ from flax import nnx
 from lra_luna import config_lib
 from lra_luna import protocols
 from lra_luna.models import classifier as models
-from lra_luna.models import mega
+from lra_luna.models.heads import classification
+from lra_luna.models import encoder
+from lra_luna.models.blocks import mega
 from lra_luna.models.model_config import ModelConfig
 from lra_luna.training import steps
 
@@ -175,14 +177,14 @@ def test_padding_changes_no_real_output(name, function):
   real = np.random.RandomState(3).randint(1, 11, (2, 9))
   a = np.concatenate([real, np.zeros((2, 7), int)], 1)
   b = np.concatenate([real, np.full((2, 21), 7)], 1)  # garbage ids under the mask too
-  ids_a, mask_a = models.with_cls(jnp.asarray(a), 11, True)
-  ids_b, mask_b = models.with_cls(jnp.asarray(b), 11, True)
+  ids_a, mask_a = encoder.with_cls(jnp.asarray(a), 11, True)
+  ids_b, mask_b = encoder.with_cls(jnp.asarray(b), 11, True)
   mask_b = mask_b.at[:, 10:].set(False)
   encode = nnx.jit(lambda m, ids, mask: m.encoder(ids, mask)[0])
   xa, xb = encode(model, ids_a, mask_a), encode(model, ids_b, mask_b)
   np.testing.assert_allclose(xa[:, :10], xb[:, :10], atol=1e-5)
-  np.testing.assert_allclose(models.pool('mean', xa, mask_a, None),
-                             models.pool('mean', xb, mask_b, None), atol=1e-5)
+  np.testing.assert_allclose(classification.pool('mean', xa, mask_a, None),
+                             classification.pool('mean', xb, mask_b, None), atol=1e-5)
 
 
 @pytest.mark.parametrize('name', NAMES)

@@ -11,6 +11,9 @@ from lra_luna import config_lib
 from lra_luna import registry
 from lra_luna.models import attention
 from lra_luna.models import classifier as models
+from lra_luna.models.heads import classification
+from lra_luna.models import encoder
+from lra_luna.models.encoder import luna as luna_encoder
 import tiny  # the shared tiny run and model (tests/tiny.py)
 
 
@@ -109,8 +112,8 @@ def test_padding_changes_no_real_output(model_name, overrides):
   model = models.build_model(mc, seed=0)
   a, b = real_and_padded()
   # Real positions of X (with [CLS]) after the encoder, and every pooled representation.
-  ids_a, mask_a = models.with_cls(jnp.asarray(a), 11, True)
-  ids_b, mask_b = models.with_cls(jnp.asarray(b), 11, True)
+  ids_a, mask_a = encoder.with_cls(jnp.asarray(a), 11, True)
+  ids_b, mask_b = encoder.with_cls(jnp.asarray(b), 11, True)
   # Garbage token ids under the mask must not matter either.
   ids_b = jnp.where(mask_b, ids_b, 7)
   xa, packed_a = model.encoder(ids_a, mask_a)
@@ -119,8 +122,8 @@ def test_padding_changes_no_real_output(model_name, overrides):
   np.testing.assert_allclose(xa[:, :n], xb[:, :n], atol=1e-5)
   heads = ['cls', 'mean'] + (['mean_p'] if packed_a is not None else [])
   for head in heads:
-    np.testing.assert_allclose(models.pool(head, xa, mask_a, packed_a),
-                               models.pool(head, xb, mask_b, packed_b), atol=1e-5)
+    np.testing.assert_allclose(classification.pool(head, xa, mask_a, packed_a),
+                               classification.pool(head, xb, mask_b, packed_b), atol=1e-5)
   assert model({'inputs': a}).shape == (2, 3)
 
 
@@ -142,7 +145,7 @@ def test_last_layer_computes_only_the_rows_the_head_reads(model_name, overrides,
     mc = small_model_config(model_name, head=head, prune_last_layer=prune, dropout=0.0,
                             attention_dropout=0.0, **overrides)
     model = models.build_model(mc, seed=0)
-    ids, mask = models.with_cls(jnp.asarray(a), 11, True)
+    ids, mask = encoder.with_cls(jnp.asarray(a), 11, True)
     x, _ = model.encoder(ids, mask, output_rows=model.output_rows)
     loss = lambda m: jnp.sum(jnp.sin(m({'inputs': a})))
     value, grads = nnx.value_and_grad(loss)(model)
@@ -160,7 +163,7 @@ def test_mean_p_uses_p():
   mc = small_model_config('luna16', head='mean_p')
   model = models.build_model(mc, seed=0)
   ids = jnp.asarray(real_and_padded()[0])
-  tokens, mask = models.with_cls(ids, 11, True)
+  tokens, mask = encoder.with_cls(ids, 11, True)
   x, (p, p_mask) = model.encoder(tokens, mask)
   np.testing.assert_allclose(model.encode(ids), p.mean(axis=1), atol=1e-6)
   assert not np.allclose(model.encode(ids), x[:, 0])
@@ -168,20 +171,20 @@ def test_mean_p_uses_p():
 
 def test_p_slot_mask_for_short_sequences():
   mask = jnp.array([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1]], bool)
-  np.testing.assert_array_equal(models.p_slot_mask(mask, 4), [[1, 1, 0, 0], [1, 1, 1, 1]])
+  np.testing.assert_array_equal(luna_encoder.p_slot_mask(mask, 4), [[1, 1, 0, 0], [1, 1, 1, 1]])
 
 
 def test_non_contextual_p_ignores_previous_layer_p():
   """With contextual_p=False, layer 2's output does not depend on layer 1's P'."""
   mc = small_model_config('luna16', contextual_p=False, dropout=0.0, attention_dropout=0.0)
   model = models.build_model(mc, seed=0)
-  ids, mask = models.with_cls(jnp.asarray(real_and_padded()[0]), 11, True)
+  ids, mask = encoder.with_cls(jnp.asarray(real_and_padded()[0]), 11, True)
   x_ref, _ = model.encoder(ids, mask)
   # Perturb layer 1's pack path (which only feeds P'); X' of layer 1 changes too, so compare
   # against a run where layer 2 is fed the same X but a different P' -- done by hand here.
   enc = model.encoder
   x = enc.embedding(ids, mask)
-  p_mask = models.p_slot_mask(mask, mc.pack_length)
+  p_mask = luna_encoder.p_slot_mask(mask, mc.pack_length)
   x1, p1 = enc.layers[0](x, enc.packed_inputs[0](2, p_mask), mask, p_mask)
   x2_own, _ = enc.layers[1](x1, enc.packed_inputs[1](2, p_mask), mask, p_mask)
   x2_ctx, _ = enc.layers[1](x1, p1, mask, p_mask)

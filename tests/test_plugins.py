@@ -217,7 +217,7 @@ def test_plugins_written_before_the_layout_by_layer_still_import():
   from lra_luna import attention as old_attention  # pylint: disable=g-import-not-at-top
   from lra_luna import layers as old_layers  # pylint: disable=g-import-not-at-top
   from lra_luna.models import attention as new_attention  # pylint: disable=g-import-not-at-top
-  from lra_luna.models import layers as new_layers  # pylint: disable=g-import-not-at-top
+  from lra_luna.models.nn import layers as new_layers  # pylint: disable=g-import-not-at-top
   assert old_attention is new_attention and old_layers is new_layers
   with pytest.raises(AttributeError, match='no_such_module'):
     import lra_luna  # pylint: disable=g-import-not-at-top

@@ -13,7 +13,8 @@ from flax import nnx
 from lra_luna import config_lib
 from lra_luna.models import attention
 from lra_luna.models import classifier as models
-from lra_luna.models import linear
+from lra_luna.models.nn import linear
+from lra_luna.models.nn.dropout import Dropout
 from lra_luna.training import checkpoints
 from lra_luna.training import metrics
 from lra_luna.training import run_folder
@@ -47,10 +48,10 @@ def test_float16_scores_accumulate_in_float32_and_stay_finite():
   k = jnp.full((1, 1, 3, 16), 70.0, jnp.float16).at[:, :, 0].set(60.0)
   v = jnp.arange(48, dtype=jnp.float16).reshape(1, 1, 3, 16) / 48
   mask = jnp.array([[True, True, False]])
-  y = attention.scaled_dot_product(q, k, v, mask, attention.Dropout(0.0), deterministic=True,
+  y = attention.scaled_dot_product(q, k, v, mask, Dropout(0.0), deterministic=True,
                                    rngs=None)
   want = attention.scaled_dot_product(*(t.astype(jnp.float32) for t in (q, k, v)), mask,
-                                      attention.Dropout(0.0), deterministic=True, rngs=None)
+                                      Dropout(0.0), deterministic=True, rngs=None)
   assert y.dtype == jnp.float16 and np.isfinite(np.asarray(y, np.float32)).all()
   # Key 1 (score 78,400) beats key 0 (67,200) by far: the output is value row 1.
   np.testing.assert_allclose(np.asarray(y, np.float32), want, atol=1e-3)

@@ -15,6 +15,7 @@ from lra_luna import datasets
 from lra_luna import protocols
 from lra_luna.datasets import base
 from lra_luna.models import classifier as models
+from lra_luna.models.heads import classification
 from lra_luna.models import model_config
 from lra_luna.training import steps
 
@@ -130,11 +131,11 @@ def test_with_eos_on_padded_and_full_length_data():
 def test_mean_including_cls_is_the_mean_over_every_real_position():
   x = jax.random.normal(jax.random.key(0), (2, 5, 3))
   mask = jnp.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
-  pooled = models.pool('mean', x, mask, None, mean_includes_cls=True)
+  pooled = classification.pool('mean', x, mask, None, mean_includes_cls=True)
   np.testing.assert_allclose(pooled[0], x[0, :3].mean(0), rtol=1e-6)
   # Fixed length: the release's x.mean over every position; ours without [CLS] differs by it.
   np.testing.assert_allclose(pooled[1], x[1].mean(0), rtol=1e-6)
-  np.testing.assert_allclose(models.pool('mean', x, mask, None)[1], x[1, 1:].mean(0), rtol=1e-6)
+  np.testing.assert_allclose(classification.pool('mean', x, mask, None)[1], x[1, 1:].mean(0), rtol=1e-6)
 
 
 def linear(layer, x):
@@ -143,7 +144,7 @@ def linear(layer, x):
 
 
 def test_classifier_without_last_bias():
-  head = models.ClassifierHead(6, (5,), 3, init='reference', dtype=jnp.float32,
+  head = classification.ClassifierHead(6, (5,), 3, init='reference', dtype=jnp.float32,
                                rngs=nnx.Rngs(params=0), last_bias=False)
   assert head.logits.bias is None
   assert 'bias' not in nnx.to_pure_dict(nnx.state(head.logits, nnx.Param))

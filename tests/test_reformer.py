@@ -10,8 +10,8 @@ import pytest
 from flax import nnx
 
 from lra_luna.models.attention import merge_heads, split_heads
-from lra_luna.models.baselines import RandomFeatures
-from lra_luna.models.reformer import ReformerAttention, angular_buckets
+from lra_luna.models.attention.base import RandomFeatures
+from lra_luna.models.attention.reformer import ReformerAttention, angular_buckets
 
 DIM, HEADS = 16, 2
 SMALL_OPTIONS = dict(num_hashes=2, num_buckets=4)  # several rounds, several chunks

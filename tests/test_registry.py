@@ -26,7 +26,7 @@ def throwaway():
                       (10.0, 20.0, 30.0, 40.0, 50.0), 30.0, 30.0)
   entry = registry.register(registry.Model(
       THROWAWAY, 'Throwaway Attention', THROWAWAY,
-      'lra_luna.models.baselines:LocalAttention', {'block_size': 7},
+      'lra_luna.models.attention.baselines:LocalAttention', {'block_size': 7},
       task_options={'image': {'block_size': 9}}, table1=(row,),
       table2=(('9.1', '9.2', '9.3', '9.4'), ('0.91', '0.92', '0.93', '0.94'))))
   yield entry

@@ -12,7 +12,8 @@ from lra_luna import config_lib
 from lra_luna import protocols
 from lra_luna import registry
 from lra_luna.models import classifier as models
-from lra_luna.models import s4d
+from lra_luna.models import encoder
+from lra_luna.models.blocks import s4d
 from lra_luna.models.model_config import ModelConfig
 from lra_luna.training import steps
 
@@ -141,8 +142,8 @@ def test_padding_changes_no_real_output(prenorm):
   real = np.random.RandomState(0).randint(1, 11, (2, 7))
   short = np.concatenate([real, np.zeros((2, 2), int)], 1)
   long = np.concatenate([real, np.zeros((2, 12), int)], 1)
-  ids_s, mask_s = models.with_cls(jnp.asarray(short), 11, True)
-  ids_l, mask_l = models.with_cls(jnp.asarray(long), 11, True)
+  ids_s, mask_s = encoder.with_cls(jnp.asarray(short), 11, True)
+  ids_l, mask_l = encoder.with_cls(jnp.asarray(long), 11, True)
   ids_l = jnp.where(mask_l, ids_l, 5)  # garbage under the mask
   encode = nnx.jit(lambda m, ids, mask: m.encoder(ids, mask)[0])  # jitted: eager is slower
   classify = nnx.jit(lambda m, inputs: m({'inputs': inputs}))

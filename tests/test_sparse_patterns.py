@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from lra_luna.models.attention import SoftmaxAttention, merge_heads, split_heads
-from lra_luna.models.sparse_patterns import LongformerAttention, SparseTransformerAttention
+from lra_luna.models.attention.sparse_patterns import LongformerAttention, SparseTransformerAttention
 
 DIM, HEADS = 16, 2
 Sparse, Longformer = SparseTransformerAttention, LongformerAttention

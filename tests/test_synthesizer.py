@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from lra_luna.models.attention import merge_heads, split_heads
-from lra_luna.models.synthesizer import MODES, SynthesizerAttention
+from lra_luna.models.attention.synthesizer import MODES, SynthesizerAttention
 
 DIM, HEADS, LENGTH, MAX_LENGTH = 16, 2, 40, 48
 ALL_MODES = [(mode, dot_product) for mode in MODES for dot_product in (True, False)]

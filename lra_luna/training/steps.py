@@ -21,7 +21,7 @@ from lra_luna import config_lib
 from lra_luna.datasets import input_pipeline
 from lra_luna.models import attention
 from lra_luna.models import classifier as models
-from lra_luna.models import s4d
+from lra_luna.models.blocks import s4d
 from lra_luna.models.model_config import ModelConfig
 from lra_luna.training import host_memory
 
@@ -96,7 +96,7 @@ def make_optimizer(config):
 
 def parameter_groups(params):
   """The optimizer group of every parameter leaf: 'ssm' for an SSM's A and dt (a name in
-  models/s4d.py SSM_PARAMETERS), 'default' for the rest."""
+  models/blocks/s4d.py SSM_PARAMETERS), 'default' for the rest."""
   def group(path, _):
     return 'ssm' if getattr(path[-1], 'key', None) in s4d.SSM_PARAMETERS else 'default'
   return jax.tree_util.tree_map_with_path(group, params)

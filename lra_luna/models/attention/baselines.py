@@ -1,6 +1,6 @@
 """Efficient-attention baselines of LRA: Linformer, Performer, Linear Transformer, local attention.
 
-Each module drops into the same encoder block as `attention.SoftmaxAttention`: constructor
+Each module drops into the same encoder block as `softmax.SoftmaxAttention`: constructor
 `(dim, num_heads, *, attention_dropout, max_length, init, dtype, rngs, <own options>)` and call
 `module(x, mask, *, deterministic=True, rngs=None) -> y`, x [B, n, D], mask [B, n] (True = real
 token), y [B, n, D]. Each class lists in `CONFIG_OPTIONS` the constructor options a config sets,
@@ -14,53 +14,16 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_luna.models.attention import (einsum32, merge_heads, projection, projection_init,
-                                       scaled_dot_product, split_heads)
-from lra_luna.models.dropout import Dropout
-
-
-def check_option(owner: str, option: str, value, valid: bool, valid_range: str) -> None:
-  """ValueError "<owner> option <option> = <value> is not valid: <valid_range>." unless valid."""
-  if not valid:
-    raise ValueError(f'{owner} option {option} = {value!r} is not valid: {valid_range}.')
-
-
-def is_count(value, minimum: int = 1) -> bool:
-  """Whether value is an integer (not a bool) >= minimum."""
-  return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-
-
-class _QKVOutAttention(nnx.Module):
-  """Shared q/k/v/out projections (`attention.projection`) of the baselines below."""
-
-  CONFIG_OPTIONS: tuple[str, ...] = ()
-
-  @classmethod
-  def check_options(cls, max_length: int, **options) -> None:
-    """ValueError in one line for an option value outside its valid range (none here)."""
-    del max_length, options
-
-  def __init__(self, dim: int, num_heads: int, *, init: str, dtype, rngs: nnx.Rngs):
-    if dim % num_heads:
-      raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}.')
-    self.num_heads = num_heads
-    self.head_dim = dim // num_heads
-    self.query = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
-    self.key = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
-    self.value = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
-    self.out = projection(dim, init=init, role='out', dtype=dtype, rngs=rngs)
-
-  def _heads(self, x):
-    """x [B, n, D] -> q, k, v [B, H, n, D/H], unscaled."""
-    return tuple(split_heads(layer(x), self.num_heads)
-                 for layer in (self.query, self.key, self.value))
-
+from lra_luna.models.attention.base import (QKVOutAttention, RandomFeatures, check_option, einsum32,
+                                            is_count, merge_heads, projection_init,
+                                            scaled_dot_product)
+from lra_luna.models.nn.dropout import Dropout
 
 # ----------------------------------------------------------------------------------------------
 # Linformer
 
 
-class LinformerAttention(_QKVOutAttention):
+class LinformerAttention(QKVOutAttention):
   """Linformer attention (Wang et al. 2020, eq. 7): softmax(Q (E K)^T / sqrt(d)) (F V).
 
   E and F are learnable [projected_length, max_length] matrices that project keys and values
@@ -111,10 +74,6 @@ class LinformerAttention(_QKVOutAttention):
 
 # ----------------------------------------------------------------------------------------------
 # Performer (FAVOR+)
-
-
-class RandomFeatures(nnx.Variable):
-  """Performer random-feature matrix: module state, but not an `nnx.Param` (optimizers skip it)."""
 
 
 def orthogonal_gaussian_features(key: jax.Array, num_features: int, dim: int) -> jax.Array:
@@ -171,7 +130,7 @@ def _linear_attention_from_features(q_features, k_features, v):
   return numerator, denominator[..., None]
 
 
-class PerformerAttention(_QKVOutAttention):
+class PerformerAttention(QKVOutAttention):
   """Performer attention with FAVOR+ (Choromanski et al. 2020, §2.2-2.4).
 
   softmax(Q K^T / sqrt(d)) V ~ D^-1 (phi(Q') (phi(K')^T V)), Q' = Q / d^1/4, K' = K / d^1/4, with
@@ -261,7 +220,7 @@ def linear_attention_direct(q, k, v, key_mask, *, eps: float = 1e-6) -> jax.Arra
   return (numerator / (denominator + eps)).astype(v.dtype)
 
 
-class LinearTransformerAttention(_QKVOutAttention):
+class LinearTransformerAttention(QKVOutAttention):
   """Linear Transformer attention (Katharopoulos et al. 2020, §3.2), phi(x) = elu(x) + 1 (eq. 7).
 
   out_i = phi(q_i) sum_j phi(k_j) v_j^T / (phi(q_i) . sum_j phi(k_j) + eps), padded keys
@@ -288,7 +247,7 @@ class LinearTransformerAttention(_QKVOutAttention):
 # Local (block) attention
 
 
-class LocalAttention(_QKVOutAttention):
+class LocalAttention(QKVOutAttention):
   """Local attention of the LRA baselines (Tay et al. 2021): softmax attention within blocks.
 
   The sequence is cut into non-overlapping blocks of `block_size` (50 in LRA); each query

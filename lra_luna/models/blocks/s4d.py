@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lra_luna.models import layers
-from lra_luna.models.dropout import Dropout
-from lra_luna.models.linear import Linear
+from lra_luna.models.nn import layers
+from lra_luna.models.nn.dropout import Dropout
+from lra_luna.models.nn.linear import Linear
 
 INITS = ('inv', 'lin')
 # Parameter names that get config.ssm_learning_rate and no weight decay (training/steps.py).

@@ -21,9 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lra_luna.models.attention import MASKED_SCORE, einsum32, merge_heads, projection_init
-from lra_luna.models.baselines import RandomFeatures, _QKVOutAttention, check_option, is_count
-from lra_luna.models.dropout import Dropout
+from lra_luna.models.attention.base import (MASKED_SCORE, QKVOutAttention, RandomFeatures,
+                                            check_option, einsum32, is_count, merge_heads,
+                                            projection_init)
+from lra_luna.models.nn.dropout import Dropout
 
 
 # ----------------------------------------------------------------------------------------------
@@ -130,7 +131,7 @@ def random_block_table(key: jax.Array, num_heads: int, num_blocks: int, num_rand
   return jnp.where(valid, blocks, 0).astype(jnp.int32), valid
 
 
-class BigBirdAttention(_QKVOutAttention):
+class BigBirdAttention(QKVOutAttention):
   """BigBird block-sparse attention, ITC variant (Zaheer et al. 2020, arXiv:2007.14062, §2 and
   App. D "blockified" attention; LRA's `bigbird` baseline).
 
@@ -316,7 +317,7 @@ def sorted_block_attention(q, k, v, mask, sort, dropout: Dropout, *, determinist
   return _attend(q, keys, values, key_mask, dropout, deterministic=deterministic, rngs=rngs)
 
 
-class SinkhornAttention(_QKVOutAttention):
+class SinkhornAttention(QKVOutAttention):
   """Sparse Sinkhorn attention (Tay et al. 2020, arXiv:2002.11296, §3; LRA's `sinkhorn`).
 
   Contiguous blocks of b = `block_size` tokens. SortNet: each block's summary is the sum of its

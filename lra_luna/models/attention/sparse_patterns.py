@@ -19,10 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lra_luna.models.attention import (MASKED_SCORE, einsum32, merge_heads, projection,
-                                       split_heads)
-from lra_luna.models.baselines import _QKVOutAttention, check_option, is_count
-from lra_luna.models.dropout import Dropout
+from lra_luna.models.attention.base import (MASKED_SCORE, QKVOutAttention, check_option, einsum32,
+                                            is_count, merge_heads, projection, split_heads)
+from lra_luna.models.nn.dropout import Dropout
 
 
 def _softmax_over_parts(parts, dropout: Dropout, *, deterministic: bool, rngs):
@@ -82,7 +81,7 @@ def _mask_to_blocks(mask, length: int, block: int, front: int = 0):
 # Sparse Transformer
 
 
-class SparseTransformerAttention(_QKVOutAttention):
+class SparseTransformerAttention(QKVOutAttention):
   """Sparse Transformer attention, fixed pattern (Child et al. 2019, §4.3 "fixed attention" A^(1),
   A^(2); the "merged" head type of its §5: one pattern, the union, shared by all heads), as LRA
   runs it.
@@ -190,7 +189,7 @@ class SparseTransformerAttention(_QKVOutAttention):
 # Longformer
 
 
-class LongformerAttention(_QKVOutAttention):
+class LongformerAttention(QKVOutAttention):
   """Longformer attention (Beltagy et al. 2020, §3.1): sliding window, optional global [CLS].
 
   Sliding window of w positions including the row itself: j - i in [-(ceil(w/2) - 1),

@@ -9,11 +9,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_luna.models.attention import (einsum32, masked_softmax, merge_heads, projection,
-                                       split_heads)
-from lra_luna.models.baselines import check_option, is_count
-from lra_luna.models.dropout import Dropout
-from lra_luna.models.linear import Linear
+from lra_luna.models.attention.base import (check_option, einsum32, is_count, masked_softmax,
+                                            merge_heads, projection, split_heads)
+from lra_luna.models.nn.dropout import Dropout
+from lra_luna.models.nn.linear import Linear
 
 MODES = ('random', 'factorized_random', 'dense')
 

@@ -41,10 +41,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lra_luna.models import layers
-from lra_luna.models.dropout import Dropout
-from lra_luna.models.linear import Linear
-from lra_luna.models.s4d import fft_convolution
+from lra_luna.models.nn import layers
+from lra_luna.models.nn.dropout import Dropout
+from lra_luna.models.nn.linear import Linear
+from lra_luna.models.blocks.s4d import fft_convolution
 
 ATTENTION_FUNCTIONS = ('softmax', 'laplace')
 NORMS = ('layernorm', 'scalenorm')

@@ -24,10 +24,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_luna.models import layers
-from lra_luna.models.attention import merge_heads, projection, projection_init, split_heads
-from lra_luna.models.dropout import Dropout
-from lra_luna.models.linear import Linear
+from lra_luna.models.nn import layers
+from lra_luna.models.attention.base import merge_heads, projection, projection_init, split_heads
+from lra_luna.models.nn.dropout import Dropout
+from lra_luna.models.nn.linear import Linear
 
 IMPLEMENTATIONS = ('chunked', 'cumsum', 'direct')
 FEATURE_MAPS = ('softplus', 'elu')

@@ -10,10 +10,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_luna.models.attention import (MASKED_SCORE, einsum32, merge_heads, projection,
-                                       split_heads)
-from lra_luna.models.baselines import RandomFeatures, check_option, is_count
-from lra_luna.models.dropout import Dropout
+from lra_luna.models.attention.base import (MASKED_SCORE, RandomFeatures, check_option, einsum32,
+                                            is_count, merge_heads, projection, split_heads)
+from lra_luna.models.nn.dropout import Dropout
 
 # Paper §2 ("Causal masking for shared-QK attention"): a token's score with itself is lowered by
 # 1e5, so it attends to itself only when no other key is available.

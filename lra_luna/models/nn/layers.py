@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lra_luna.models import attention as attention_lib
-from lra_luna.models.linear import Linear, kernel_gradient, matmul
+from lra_luna.models.attention import base as attention_base
+from lra_luna.models.nn.linear import Linear, kernel_gradient, matmul
 
 LAYER_NORM_EPS = 1e-5  # The Luna reference's (and PyTorch's) default.
 
@@ -73,7 +73,7 @@ class FeedForward(nnx.Module):
   """W2 gelu(W1 x + b1) + b2 with the exact (erf) GELU of LRA."""
 
   def __init__(self, dim: int, hidden: int, *, init: str, dtype, rngs: nnx.Rngs):
-    kernel_init = attention_lib.projection_init(init, 'out')
+    kernel_init = attention_base.projection_init(init, 'out')
     self.up = Linear(dim, hidden, kernel_init=kernel_init, dtype=dtype, rngs=rngs)
     self.down = Linear(hidden, dim, kernel_init=kernel_init, dtype=dtype, rngs=rngs)
 

@@ -1,0 +1,1 @@
+"""Heads on top of the encoder: classification (`classification`: pooling and the MLP)."""
