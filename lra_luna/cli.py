@@ -27,3 +27,18 @@ def int_list(text: str) -> list[int]:
   if not values:
     raise argparse.ArgumentTypeError('expected a comma-separated list of integers such as 0,1,2')
   return values
+
+
+def choice_list(choices):
+  """An argparse type: 'a,b' -> ['a', 'b'], each one of `choices`; an unknown entry (or none at
+  all) is an error naming the valid choices, so a typo stops the tool before anything runs
+  rather than filtering everything out."""
+  def parse(text: str) -> list[str]:
+    values = [item.strip() for item in text.split(',') if item.strip()]
+    unknown = [v for v in values if v not in choices]
+    if unknown or not values:
+      what = f'{unknown[0]!r} is unknown' if unknown else 'names none'
+      raise argparse.ArgumentTypeError(f'{what}; valid choices: {", ".join(choices)} '
+                                       '(comma-separated)')
+    return values
+  return parse

@@ -822,3 +822,11 @@ def test_the_authors_grid_runs_each_task_with_its_own_head_on_the_paper_protocol
   assert configs[('listops', 'luna16', 'cls')].num_train_steps == 5000
   assert {key[2] for key in configs} == {'cls', 'mean'}
   assert len(groups) == len(spec.tasks) * len(spec.models)
+
+
+def test_a_head_no_model_can_pool_is_refused(tmp_path):
+  spec = campaign.load_spec(write_spec(tmp_path / 'a.py', models=['transformer'], seeds=[0],
+                                       heads=['cls', 'mean_p']))
+  with pytest.raises(spec_lib.CampaignError, match=r"heads 'mean_p': none of the models "
+                     r"\['transformer'\] can pool it"):
+    plan_lib.plan(spec, tmp_path)
