@@ -46,6 +46,15 @@ WORDS = {
     'fp16': False,      # float16 compute with dynamic loss scaling (the authors' fairseq --fp16)
     'smoke': False,     # a smoke test: full shapes, SMOKE_STEPS steps, SMOKE_EVAL_BATCHES batches
 }
+# What each word does, for run_lra.py --help (every WORDS key has a line; tested).
+WORD_HELP = {
+    'model': 'a model word (below); the default luna16 when none is given',
+    'quick': 'a small task and model that a 2-core CPU trains in minutes',
+    'paper': "the Luna authors' protocol (docs/protocols.md); combines with quick and smoke",
+    'fp16': 'float16 compute with dynamic loss scaling',
+    'smoke': ('the full model and data shapes for a few steps on a few generated examples: an '
+              'end-to-end check in minutes (README, "Smoke tests")'),
+}
 # The smoke word (use_smoke_settings): steps trained, and batches per evaluation pass.
 SMOKE_STEPS = 20
 SMOKE_EVAL_BATCHES = 2
@@ -85,6 +94,15 @@ def _word_value(key: str, value, default, arg):
     raise ValueError(f'{key}={value} in config argument {arg!r}: expected {key}=true or '
                      f'{key}=false (or the bare word {key}).')
   return value.lower() == 'true'
+
+
+def config_help() -> str:
+  """The help of --config: the tasks, the models and every word, from their registries."""
+  words = '; '.join(f'{word}: {WORD_HELP[word]}' for word in WORDS if word != 'model')
+  return (f'configs/<task>.py:<model>[,<word>...]. Tasks: {", ".join(TASKS)}. Models: '
+          f'{", ".join(MODELS)} (default {WORDS["model"]}). Words: {words}. '
+          '--config.<key>=<value> sets any field (lra_luna/config_lib.py, '
+          'lra_luna/models/model_config.py).')
 
 
 def base_config() -> ml_collections.ConfigDict:
