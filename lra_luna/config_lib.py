@@ -55,9 +55,12 @@ WORD_HELP = {
     'smoke': ('the full model and data shapes for a few steps on a few generated examples: an '
               'end-to-end check in minutes (README, "Smoke tests")'),
 }
-# The smoke word (use_smoke_settings): steps trained, and batches per evaluation pass.
+# The smoke word (use_smoke_settings): steps trained, batches per evaluation pass, and the
+# largest training and evaluation batch (a pixel task's batch of 512 would take a laptop minutes
+# a step; the model and sequence shapes stay the config's).
 SMOKE_STEPS = 20
 SMOKE_EVAL_BATCHES = 2
+SMOKE_BATCH_SIZE = 8
 
 
 def parse_arg(arg: str | None, **defaults) -> types.SimpleNamespace:
@@ -172,18 +175,23 @@ def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.Co
 
 
 def use_smoke_settings(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The smoke test of config (the word `smoke`): the same model, data shapes and batch sizes,
-  trained SMOKE_STEPS steps with one validation and checkpoint at the end, every evaluation
-  pass cut to SMOKE_EVAL_BATCHES batches. A generated set (ListOps, Pathfinder) holds only the
-  examples the test reads, in a folder of its own (<dataset_name>-smoke), so it never passes
-  for the full set; release and TFDS data are read as they are."""
+  """The smoke test of config (the word `smoke`): the same model and sequence shapes, batches of
+  at most SMOKE_BATCH_SIZE, SMOKE_STEPS steps with one validation and checkpoint at the end,
+  every evaluation pass cut to SMOKE_EVAL_BATCHES batches. A generated set (ListOps,
+  Pathfinder) holds only the examples the test reads (its evaluation splits end in a part
+  batch, so padding and masking the last batch is checked too), in a folder of its own
+  (<dataset_name>-smoke), so it never passes for the full set; release and TFDS data are read as
+  they are."""
   config.smoke = True
   config.num_train_steps = SMOKE_STEPS
   config.eval_every = config.checkpoint_every = SMOKE_STEPS
   config.log_every = min(config.log_every, 5)
   config.max_eval_batches = SMOKE_EVAL_BATCHES
+  config.batch_size = min(config.batch_size, SMOKE_BATCH_SIZE)
+  config.eval_batch_size = min(config.eval_batch_size, SMOKE_BATCH_SIZE)
+  config.grad_accumulation_steps = 1
   train_examples = SMOKE_STEPS * config.batch_size
-  eval_examples = SMOKE_EVAL_BATCHES * config.eval_batch_size
+  eval_examples = SMOKE_EVAL_BATCHES * config.eval_batch_size - config.eval_batch_size // 2
   if 'listops' in config:
     config.listops.update(num_train=train_examples, num_val=eval_examples,
                           num_test=eval_examples)
