@@ -58,7 +58,7 @@ WORD_HELP = {
 # The smoke word (use_smoke_settings): steps trained, batches per evaluation pass, and the
 # largest training and evaluation batch (a pixel task's batch of 512 would take a laptop minutes
 # a step; the model and sequence shapes stay the config's).
-SMOKE_STEPS = 20
+SMOKE_STEPS = 5
 SMOKE_EVAL_BATCHES = 2
 SMOKE_BATCH_SIZE = 8
 

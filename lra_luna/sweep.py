@@ -19,7 +19,6 @@ Modes:
 Failed seeds are listed at the end with their logs, and the exit status is then 1.
 """
 
-import argparse
 import dataclasses
 import json
 import pathlib
@@ -231,8 +230,7 @@ def write_learning_curves(runs: list[Run]) -> None:
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(prog='python -m lra_luna.sweep', description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog='python -m lra_luna.sweep', description=__doc__)
   parser.add_argument('--config', action='append', required=True,
                       help='configs/<task>.py:<model>[,quick]; repeat for several')
   parser.add_argument('--seeds', type=cli.int_list, default='0,1,2,3,4',
@@ -240,8 +238,10 @@ def main(argv=None) -> int:
   parser.add_argument('--heads', type=cli.choice_list(model_config.HEADS), default=[],
                       help="comma-separated heads (cls, mean, mean_p; mean_p for Luna models "
                       "only); default: the config's")
-  parser.add_argument('--mode', choices=('sequential', 'vmap'), default='sequential')
-  parser.add_argument('--sweep_dir', required=True)
+  parser.add_argument('--mode', choices=('sequential', 'vmap'), default='sequential',
+                      help="sequential: a process per seed; vmap: a config's seeds in one program")
+  parser.add_argument('--sweep_dir', required=True,
+                      help='folder of the runs: SWEEP_DIR/<task>/<model>/<head>/seed<k>/')
   parser.add_argument('--override', action='extend', nargs='+', default=[],
                       metavar='KEY=VALUE', help='config field overrides, e.g. num_train_steps=20')
   args = parser.parse_args(argv)
