@@ -200,6 +200,7 @@ def use_smoke_settings(config: ml_collections.ConfigDict) -> ml_collections.Conf
     num_images = max(-(-train_examples * 10 // 8), eval_examples * 10)
     config.pathfinder.num_images = num_images
     config.pathfinder.images_per_batch = min(config.pathfinder.images_per_batch, num_images)
+    config.pathfinder.generate_if_missing = True  # a few images, even at Path-X's 128 x 128
     config.dataset_name += '-smoke'
   return config
 

@@ -519,6 +519,8 @@ def test_smoke_word_keeps_the_shapes_and_shortens_the_run():
   # Every task config honours it; an explicit override still wins.
   for task in ('text', 'retrieval', 'image', 'pathfinder', 'pathx'):
     assert config_lib.load_config(f'configs/{task}.py:luna16,smoke').num_train_steps == steps
+  pathx = config_lib.load_config('configs/pathx.py:luna16,smoke')
+  assert pathx.pathfinder.generate_if_missing and pathx.dataset_name.endswith('-smoke')
   pathfinder = config_lib.load_config('configs/pathfinder.py:luna16,smoke')
   assert pathfinder.pathfinder.num_images * 8 // 10 >= steps * pathfinder.batch_size
   assert config_lib.load_config('configs/listops.py:luna16,smoke',
