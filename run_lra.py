@@ -76,6 +76,7 @@ def stop_at_once(signum, frame):
 
 def print_config() -> None:
   """--print_config: the resolved config as JSON, then what the run is (run_size)."""
+  config_lib.validate(CONFIG)
   print(CONFIG.to_json(indent=2, sort_keys=True))
   lines, seconds = run_size.describe(CONFIG)
   warning = run_size.long_run_warning(CONFIG, seconds)
@@ -85,6 +86,7 @@ def print_config() -> None:
 def announce(workdir: str) -> None:
   """The run's first lines (stdout): what it is; for a full-size run its size and time bound,
   and a warning when that bound is long (the steps left, when it resumes)."""
+  config_lib.validate(CONFIG)  # a bad field or plug-in in one line, before the size is built
   print(run_size.opening_line(CONFIG), flush=True)
   steps_left = CONFIG.num_train_steps - (run_folder.saved_step(workdir, 'latest') or 0)
   if config_lib.shortened_reasons(CONFIG) or steps_left <= 0:
@@ -100,7 +102,10 @@ def main(argv):
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO; --verbosity=0 shows it.
   if FLAGS.print_config:
-    return print_config()
+    try:
+      return print_config()
+    except ValueError as e:
+      sys.exit(f'error: {e}')
   resume = f'resume with: python {shlex.join(sys.argv)}'
   try:
     for signum in (signal.SIGINT, signal.SIGTERM):

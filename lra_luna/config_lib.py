@@ -235,8 +235,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
     # Import and constructor errors now, before any data is read or any workdir written.
     plugins.check_constructor(plugins.load_class(config.model.attention),
                               dict(config.model.attention_options))
-  elif registry.options_class(config.model.attention) is not None:
-    check_attention_options(config)
+  else:
+    plugins.check_not_a_bare_file(config.model.attention)
+    attentions = sorted({model.attention for model in MODELS.values()})
+    _check_choice('model.attention', config.model.attention,
+                  [*attentions, "a plug-in 'path/to/file.py:Class'"])
+    if registry.options_class(config.model.attention) is not None:
+      check_attention_options(config)
   model_config.ModelConfig.from_config(config.model)
   _check_choice('schedule', config.schedule, SCHEDULES)
   _check_choice('matmul_precision', config.matmul_precision, MATMUL_PRECISIONS)
