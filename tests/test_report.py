@@ -397,6 +397,9 @@ def test_figure_without_profile_puts_each_model_at_one_speed_and_labels_apart(sw
     xs.setdefault(text.get_text().split(' ')[0], set()).add(collection.get_offsets()[0][0])
   assert all(len(x) == 1 for x in xs.values()), xs
   assert 'median logged over all runs of each model' in fig.axes[0].get_xlabel()
+  # Logged speeds carry the machine's load: the axis starts at 0, not at the slowest model.
+  left, right = fig.axes[0].get_xlim()
+  assert left == 0 and right > max(x for v in xs.values() for x in v)
 
   # Labels of points at the same place do not overlap.
   results = report.load_results(sweep)
