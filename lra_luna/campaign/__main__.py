@@ -94,6 +94,8 @@ def run_estimate(campaign, args) -> int:
                                  device_bytes, memory.platform())
   if args.memory_only:
     return 0
+  print(estimate_lib.timing_plan(campaign.spec, memory.platform(), args.assume_tflops),
+        flush=True)
   failures = campaign.run_jobs([driver_lib.ESTIMATE_JOB + t for t in campaign.spec.tasks])
   if failures:
     return print_failures(failures)
