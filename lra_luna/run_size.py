@@ -5,9 +5,9 @@ full-size run that takes days on a laptop says so before it starts (`run_lra.py`
 `--print_config`).
 
 The time bound: XLA's FLOP count of the lowered training step (no compile: seconds) times the
-steps left, at the speed this device multiplies two 1024 x 1024 float32 matrices (a best case: a
-real step also moves memory and runs element-wise work, so it is slower; on a 2-core CPU ListOps'
-Luna-16 step took about 3x the bound).
+steps left, at the speed this device multiplies two 1024 x 1024 float32 matrices, measured now
+(a best case: a real step also moves memory and runs element-wise work, so it is slower; on a
+busy machine the measured speed, and so the bound, moves with the load).
 """
 
 import time
@@ -47,7 +47,8 @@ def data_line(config) -> str:
   for section in ('listops', 'pathfinder'):
     if section in config:
       settings = ', '.join(f'{k} {v}' for k, v in config[section].items() if k.startswith('num'))
-      line += f'; generated on first use where no release copy is there: {settings}'
+      where = '' if config.data_source == 'generated' else ' where no release copy is there'
+      line += f'; generated on first use{where}: {settings}'
   return line + '.'
 
 
