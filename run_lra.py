@@ -1,8 +1,11 @@
 """Trains and evaluates one LRA model.
 
   python run_lra.py --config configs/listops.py:luna16,quick --workdir runs/listops_quick
+  python run_lra.py --config configs/listops.py:luna16 --print_config   # what it would run
 Any config field can be overridden: --config.seed=3 --config.model.head=mean_p
 --config.data_dir=/data/lra. Rerunning the same command on the same workdir resumes.
+The run's first lines say its task, model, protocol, steps and batch, and for a full-size run
+its size and a lower bound of its time on this device (a warning above 3 hours).
 """
 
 import os
@@ -30,14 +33,17 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 
 from lra_luna import config_lib  # noqa: E402
+from lra_luna import run_size  # noqa: E402
 from lra_luna.training import run_folder  # noqa: E402
 from lra_luna.training import steps  # noqa: E402
 from lra_luna.training import train  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('config', None, 'configs/<task>.py:<words>: a model (luna16, transformer, '
-                    '...) and variant words (quick); --config.<key>=<value> sets any field.')
+flags.DEFINE_string('config', None, config_lib.config_help())
 flags.DEFINE_string('workdir', None, 'Run folder: checkpoints, metrics, results.json.')
+flags.DEFINE_bool('print_config', False, "Print the resolved config and the run's size "
+                  '(parameters, FLOPs, steps, data, a time bound) and exit without training or '
+                  'reading data; needs no --workdir.')
 flags.DEFINE_bool('overwrite', False, 'Delete a previous run with another config in --workdir.')
 CONFIG = None  # The config that --config and the --config.<key> flags give (parse_flags).
 
@@ -51,7 +57,7 @@ def parse_flags(argv):
   except flags.Error as e:
     sys.exit(f'error: {str(e).strip().splitlines()[0]} (python run_lra.py --help lists the '
              'flags).')
-  for name in ('config', 'workdir'):
+  for name in ('config',) + (() if FLAGS.print_config else ('workdir',)):
     if FLAGS[name].value is None:
       sys.exit(f'error: --{name} is required: python run_lra.py --config '
                'configs/<task>.py:<words> --workdir <run folder>.')
@@ -68,16 +74,44 @@ def stop_at_once(signum, frame):
   raise train.StopRequested(signal.Signals(signum).name)
 
 
+def print_config() -> None:
+  """--print_config: the resolved config as JSON, then what the run is (run_size)."""
+  config_lib.validate(CONFIG)
+  print(CONFIG.to_json(indent=2, sort_keys=True))
+  lines, seconds = run_size.describe(CONFIG)
+  warning = run_size.long_run_warning(CONFIG, seconds)
+  print('\n'.join(lines + ([warning] if warning else [])))
+
+
+def announce(workdir: str) -> None:
+  """The run's first lines (stdout): what it is; for a full-size run its size and time bound,
+  and a warning when that bound is long (the steps left, when it resumes)."""
+  config_lib.validate(CONFIG)  # a bad field or plug-in in one line, before the size is built
+  print(run_size.opening_line(CONFIG), flush=True)
+  steps_left = CONFIG.num_train_steps - (run_folder.saved_step(workdir, 'latest') or 0)
+  if config_lib.shortened_reasons(CONFIG) or steps_left <= 0:
+    return
+  lines, seconds = run_size.describe(CONFIG, steps_left)
+  warning = run_size.long_run_warning(CONFIG, seconds)
+  print('\n'.join(lines[1:] + ([warning] if warning else [])), flush=True)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO; --verbosity=0 shows it.
+  if FLAGS.print_config:
+    try:
+      return print_config()
+    except ValueError as e:
+      sys.exit(f'error: {e}')
   resume = f'resume with: python {shlex.join(sys.argv)}'
   try:
     for signum in (signal.SIGINT, signal.SIGTERM):
       signal.signal(signum, stop_at_once)
     steps.maybe_initialize_distributed()
+    announce(FLAGS.workdir)
     results = train.train_and_evaluate(CONFIG, FLAGS.workdir, overwrite=FLAGS.overwrite)
   except (ValueError, run_folder.TrainingError) as e:
     # Bad input gets one clear message, not a traceback.

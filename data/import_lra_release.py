@@ -1,6 +1,7 @@
 """Links (or copies) the datasets of an unpacked LRA release into the data root.
 
-  tar xzf lra_release.gz                        # about 8 GB; unpacks lra_release/
+  wget https://storage.googleapis.com/long-range-arena/lra_release.gz   # about 7.7 GB
+  tar xzf lra_release.gz                        # unpacks lra_release/
   python data/import_lra_release.py lra_release
   python data/import_lra_release.py lra_release --copy --data_dir /data/lra --tasks retrieval
 

@@ -46,9 +46,21 @@ WORDS = {
     'fp16': False,      # float16 compute with dynamic loss scaling (the authors' fairseq --fp16)
     'smoke': False,     # a smoke test: full shapes, SMOKE_STEPS steps, SMOKE_EVAL_BATCHES batches
 }
-# The smoke word (use_smoke_settings): steps trained, and batches per evaluation pass.
-SMOKE_STEPS = 20
+# What each word does, for run_lra.py --help (every WORDS key has a line; tested).
+WORD_HELP = {
+    'model': 'a model word (below); the default luna16 when none is given',
+    'quick': 'a small task and model that a 2-core CPU trains in minutes',
+    'paper': "the Luna authors' protocol (docs/protocols.md); combines with quick and smoke",
+    'fp16': 'float16 compute with dynamic loss scaling',
+    'smoke': ('the full model and data shapes for a few steps on a few generated examples: an '
+              'end-to-end check in minutes (README, "Smoke tests")'),
+}
+# The smoke word (use_smoke_settings): steps trained, batches per evaluation pass, and the
+# largest training and evaluation batch (a pixel task's batch of 512 would take a laptop minutes
+# a step; the model and sequence shapes stay the config's).
+SMOKE_STEPS = 5
 SMOKE_EVAL_BATCHES = 2
+SMOKE_BATCH_SIZE = 8
 
 
 def parse_arg(arg: str | None, **defaults) -> types.SimpleNamespace:
@@ -85,6 +97,15 @@ def _word_value(key: str, value, default, arg):
     raise ValueError(f'{key}={value} in config argument {arg!r}: expected {key}=true or '
                      f'{key}=false (or the bare word {key}).')
   return value.lower() == 'true'
+
+
+def config_help() -> str:
+  """The help of --config: the tasks, the models and every word, from their registries."""
+  words = '; '.join(f'{word}: {WORD_HELP[word]}' for word in WORDS if word != 'model')
+  return (f'configs/<task>.py:<model>[,<word>...]. Tasks: {", ".join(TASKS)}. Models: '
+          f'{", ".join(MODELS)} (default {WORDS["model"]}). Words: {words}. '
+          '--config.<key>=<value> sets any field (lra_luna/config_lib.py, '
+          'lra_luna/models/model_config.py).')
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -154,18 +175,23 @@ def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.Co
 
 
 def use_smoke_settings(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The smoke test of config (the word `smoke`): the same model, data shapes and batch sizes,
-  trained SMOKE_STEPS steps with one validation and checkpoint at the end, every evaluation
-  pass cut to SMOKE_EVAL_BATCHES batches. A generated set (ListOps, Pathfinder) holds only the
-  examples the test reads, in a folder of its own (<dataset_name>-smoke), so it never passes
-  for the full set; release and TFDS data are read as they are."""
+  """The smoke test of config (the word `smoke`): the same model and sequence shapes, batches of
+  at most SMOKE_BATCH_SIZE, SMOKE_STEPS steps with one validation and checkpoint at the end,
+  every evaluation pass cut to SMOKE_EVAL_BATCHES batches. A generated set (ListOps,
+  Pathfinder) holds only the examples the test reads (its evaluation splits end in a part
+  batch, so padding and masking the last batch is checked too), in a folder of its own
+  (<dataset_name>-smoke), so it never passes for the full set; release and TFDS data are read as
+  they are."""
   config.smoke = True
   config.num_train_steps = SMOKE_STEPS
   config.eval_every = config.checkpoint_every = SMOKE_STEPS
   config.log_every = min(config.log_every, 5)
   config.max_eval_batches = SMOKE_EVAL_BATCHES
+  config.batch_size = min(config.batch_size, SMOKE_BATCH_SIZE)
+  config.eval_batch_size = min(config.eval_batch_size, SMOKE_BATCH_SIZE)
+  config.grad_accumulation_steps = 1
   train_examples = SMOKE_STEPS * config.batch_size
-  eval_examples = SMOKE_EVAL_BATCHES * config.eval_batch_size
+  eval_examples = SMOKE_EVAL_BATCHES * config.eval_batch_size - config.eval_batch_size // 2
   if 'listops' in config:
     config.listops.update(num_train=train_examples, num_val=eval_examples,
                           num_test=eval_examples)
@@ -174,6 +200,7 @@ def use_smoke_settings(config: ml_collections.ConfigDict) -> ml_collections.Conf
     num_images = max(-(-train_examples * 10 // 8), eval_examples * 10)
     config.pathfinder.num_images = num_images
     config.pathfinder.images_per_batch = min(config.pathfinder.images_per_batch, num_images)
+    config.pathfinder.generate_if_missing = True  # a few images, even at Path-X's 128 x 128
     config.dataset_name += '-smoke'
   return config
 
@@ -208,8 +235,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
     # Import and constructor errors now, before any data is read or any workdir written.
     plugins.check_constructor(plugins.load_class(config.model.attention),
                               dict(config.model.attention_options))
-  elif registry.options_class(config.model.attention) is not None:
-    check_attention_options(config)
+  else:
+    plugins.check_not_a_bare_file(config.model.attention)
+    attentions = sorted({model.attention for model in MODELS.values()})
+    _check_choice('model.attention', config.model.attention,
+                  [*attentions, "a plug-in 'path/to/file.py:Class'"])
+    if registry.options_class(config.model.attention) is not None:
+      check_attention_options(config)
   model_config.ModelConfig.from_config(config.model)
   _check_choice('schedule', config.schedule, SCHEDULES)
   _check_choice('matmul_precision', config.matmul_precision, MATMUL_PRECISIONS)

@@ -11,7 +11,6 @@ else data/store/); a plug-in attention given by a relative path is found from th
 directory. Prints JSON; a workdir without config.json or checkpoints is refused in one line.
 """
 
-import argparse
 import contextlib
 import json
 import pathlib
@@ -112,8 +111,7 @@ def shown_progress(desc: str):
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(prog='python -m lra_luna.evaluate', description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog='python -m lra_luna.evaluate', description=__doc__)
   parser.add_argument('workdir', help='a run_lra.py workdir')
   parser.add_argument('--checkpoint', choices=list(run_folder.CHECKPOINT_FOLDERS), default=None,
                       help='evaluate only this checkpoint (default: best and last)')

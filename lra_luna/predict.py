@@ -24,7 +24,6 @@ is the best checkpoint (highest validation accuracy) by default, or the last. No
 TensorFlow.
 """
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -203,8 +202,7 @@ def load_predictor(workdir, checkpoint: str = 'best') -> Predictor:
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(prog='python -m lra_luna.predict', description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog='python -m lra_luna.predict', description=__doc__)
   parser.add_argument('workdir', help='a run_lra.py workdir')
   parser.add_argument('inputs', nargs='+', metavar='INPUT',
                       help='expressions, texts, text pairs (two INPUTs each) or image files')

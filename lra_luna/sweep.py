@@ -19,7 +19,6 @@ Modes:
 Failed seeds are listed at the end with their logs, and the exit status is then 1.
 """
 
-import argparse
 import dataclasses
 import json
 import pathlib
@@ -75,29 +74,47 @@ def run_flags(overrides, head: str, seed: int) -> tuple:
 
 
 def plan(specs, seeds, heads, overrides, sweep_dir) -> list[Run]:
-  """Every (config, head, seed) run, each config built and validated up front."""
+  """Every (config, head, seed) run, each config built and validated up front. A head that one
+  config's model cannot pool is skipped for that config with its reason; a head that none can
+  pool, or a plan without runs, is a ValueError (nothing is trained)."""
   for item in overrides:
     key = item.split('=', 1)[0]
     if '=' not in item or key in ('seed', 'model.head'):
       raise ValueError(f'--override {item!r}: expected key=value with a key other than seed and '
                        'model.head (use --seeds and --heads).')
+  unknown = [head for head in heads if head not in model_config.HEADS]
+  if unknown:
+    raise ValueError(f'--heads: {unknown[0]!r} is unknown; valid choices: '
+                     f'{", ".join(model_config.HEADS)}.')
   overrides = tuple(f'--config.{item}' for item in overrides)
-  runs = []
+  runs, pooled, skipped = [], set(), []
   for spec in specs:
     base = config_lib.load_config(spec, overrides)
+    can_pool = model_config.heads_of(base.model.attention)
     for head in heads or [base.model.head]:
-      if head not in model_config.heads_of(base.model.attention):
-        # Only Luna has P; the other models of the same sweep still run their other heads.
-        print(f'{spec}: skipping head {head} (model {config_lib.model_label(base)} has no P).',
-              flush=True)
+      if head not in can_pool:
+        skipped.append(f'{spec}: skipping head {head}: model {config_lib.model_label(base)} '
+                       f'pools {", ".join(can_pool)} only ({head} needs a Luna model).')
         continue
+      pooled.add(head)
       for seed in seeds:
         config = config_lib.load_config(spec, run_flags(overrides, head, seed))
         config_lib.validate(config)
         workdir = run_folder.sweep_run_dir(sweep_dir, config.task,
                                            config_lib.model_label(config), head, seed)
         runs.append(Run(spec, overrides, head, seed, workdir, config))
+  check_heads_pooled(heads, pooled, skipped)
   return runs
+
+
+def check_heads_pooled(heads, pooled: set, skipped: list) -> None:
+  """Prints the skipped (config, head) pairs when another config pools that head; ValueError
+  when a requested head runs for no config (a sweep must not run less than asked in silence)."""
+  unpooled = [head for head in heads if head not in pooled]
+  if unpooled:
+    raise ValueError(f'--heads {unpooled[0]}: no --config can pool it: {skipped[0]}')
+  for line in skipped:
+    print(line, flush=True)
 
 
 def finished(run: Run) -> bool:
@@ -213,16 +230,18 @@ def write_learning_curves(runs: list[Run]) -> None:
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(prog='python -m lra_luna.sweep', description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog='python -m lra_luna.sweep', description=__doc__)
   parser.add_argument('--config', action='append', required=True,
                       help='configs/<task>.py:<model>[,quick]; repeat for several')
   parser.add_argument('--seeds', type=cli.int_list, default='0,1,2,3,4',
                       help='comma-separated training seeds')
-  parser.add_argument('--heads', default='',
-                      help="comma-separated heads (cls, mean, mean_p); default: the config's")
-  parser.add_argument('--mode', choices=('sequential', 'vmap'), default='sequential')
-  parser.add_argument('--sweep_dir', required=True)
+  parser.add_argument('--heads', type=cli.choice_list(model_config.HEADS), default=[],
+                      help="comma-separated heads (cls, mean, mean_p; mean_p for Luna models "
+                      "only); default: the config's")
+  parser.add_argument('--mode', choices=('sequential', 'vmap'), default='sequential',
+                      help="sequential: a process per seed; vmap: a config's seeds in one program")
+  parser.add_argument('--sweep_dir', required=True,
+                      help='folder of the runs: SWEEP_DIR/<task>/<model>/<head>/seed<k>/')
   parser.add_argument('--override', action='extend', nargs='+', default=[],
                       metavar='KEY=VALUE', help='config field overrides, e.g. num_train_steps=20')
   args = parser.parse_args(argv)
@@ -238,8 +257,7 @@ def main(argv=None) -> int:
 def sweep(args, argv) -> int:
   """The sweep of parsed arguments: plan, skip the finished runs, run the others, curves."""
   try:
-    heads = [h for h in args.heads.split(',') if h]
-    runs = plan(args.config, args.seeds, heads, args.override, args.sweep_dir)
+    runs = plan(args.config, args.seeds, args.heads, args.override, args.sweep_dir)
     todo = [run for run in runs if not finished(run)]
     for run in runs:
       if run not in todo:

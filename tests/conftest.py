@@ -11,6 +11,8 @@ _CACHE_DIR = tempfile.mkdtemp(prefix='lra_luna_test_xla_cache_')
 atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', _CACHE_DIR)
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '1')  # only costly compiles
+# The campaign's shared cache of step memory estimates: the session's own, not the user's.
+os.environ.setdefault('LRA_CACHE_DIR', os.path.join(_CACHE_DIR, 'lra_luna'))
 
 
 # The slow tier: tests that train, start processes or compile full-size steps (seconds to
@@ -25,7 +27,9 @@ SLOW = {
                       'test_slurm_campaign_survives_scancel',
                       'test_the_authors_grid_runs_each_task_with_its_own_head_on_the_paper_protocol',
                       'test_vmapped_step_estimate_grows_with_the_seeds',
-                      'test_a_local_job_sees_its_gpu_by_the_users_name'},
+                      'test_a_local_job_sees_its_gpu_by_the_users_name',
+                      'test_the_first_steps_compile_in_parallel_with_progress_and_match_one_at_a_'
+                      'time'},
     'test_accumulation': {'test_accumulated_step_equals_the_single_batch_step',
                           'test_accumulated_gradient_is_the_mean_of_the_micro_batches',
                           'test_float16_accumulated_step_with_loss_scaling_matches_the_single_'

@@ -242,7 +242,7 @@ def bigbird_allowed(module, table, mask):
     (41, (41, 19), 8, 1, 1024),    # 6 blocks: rows with 1 or 2 candidates
 ])
 def test_bigbird_equals_dense_block_mask(length, lengths, block_size, num_random, within):
-  module = make(BigBirdAttention, max_length=128, block_size=block_size,
+  module = make(BigBirdAttention, max_length=length, block_size=block_size,
                 num_random_blocks=num_random, random_within=within)
   x, mask = inputs(length, lengths)
   y, table = apply_with_table(module, x, mask)
@@ -254,7 +254,7 @@ def test_bigbird_equals_dense_block_mask(length, lengths, block_size, num_random
 
 
 def test_bigbird_global_block_rows_are_full_attention():
-  module = make(BigBirdAttention, max_length=128)
+  module = make(BigBirdAttention, max_length=100)
   x, mask = inputs(100, (100, 61))
   full = dense_reference(module, x, full_allowed(mask))
   y = apply_with_table(module, x, mask)[0]
@@ -330,7 +330,7 @@ def test_bigbird_random_blocks_valid_and_uniform():
 
 
 def test_bigbird_locality():
-  module = make(BigBirdAttention, max_length=128)
+  module = make(BigBirdAttention, max_length=100)
   x, mask = inputs(100, (100, 61))
   row, row_block = 50, 6
   y, (blocks, valid) = apply_with_table(module, x, mask)
@@ -569,3 +569,18 @@ def test_sinkhorn_rejects_sequences_beyond_max_length():
 def test_sinkhorn_check_options(options, match):
   with pytest.raises(ValueError, match=match):
     SinkhornAttention.check_options(1001, **options)
+
+
+def test_bigbird_real_rows_do_not_depend_on_the_padded_length():
+  """The same 30 real tokens padded to 40 and to 64: at their own lengths the block counts (5,
+  8) move the last global block and redraw the random blocks, so the real rows differ; the
+  module fills every input to max_length first, so its real rows are the same."""
+  module = make(BigBirdAttention, max_length=64, block_size=8, num_random_blocks=2,
+                random_within=0)
+  x, mask = inputs(64, (30, 30))
+  short_x, short_mask = x[:, :40], mask[:, :40]
+  at_own_length = lambda x, mask: np.asarray(module.attend(x, mask, deterministic=True,
+                                                           rngs=None))[:, :30]
+  assert not np.allclose(at_own_length(short_x, short_mask), at_own_length(x, mask), atol=1e-3)
+  np.testing.assert_allclose(np.asarray(module(short_x, short_mask))[:, :30],
+                             np.asarray(module(x, mask))[:, :30], atol=1e-5)

@@ -822,3 +822,56 @@ def test_the_authors_grid_runs_each_task_with_its_own_head_on_the_paper_protocol
   assert configs[('listops', 'luna16', 'cls')].num_train_steps == 5000
   assert {key[2] for key in configs} == {'cls', 'mean'}
   assert len(groups) == len(spec.tasks) * len(spec.models)
+
+
+def test_a_head_no_model_can_pool_is_refused(tmp_path):
+  spec = campaign.load_spec(write_spec(tmp_path / 'a.py', models=['transformer'], seeds=[0],
+                                       heads=['cls', 'mean_p']))
+  with pytest.raises(spec_lib.CampaignError, match=r"heads 'mean_p': none of the models "
+                     r"\['transformer'\] can pool it"):
+    plan_lib.plan(spec, tmp_path)
+
+
+def test_a_compiled_estimate_is_shared_by_every_later_campaign(tmp_path, monkeypatch):
+  monkeypatch.setenv('LRA_CACHE_DIR', str(tmp_path / 'cache'))
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', models=['transformer'], seeds=[0]))
+  (_, runs), = plan_lib.plan(spec, tmp_path / 'a').items()
+  config = runs[0].config
+  first = memory.EstimateCache(tmp_path / 'a')
+  assert first.get('listops/transformer/cls', config) is None
+  first.put('listops/transformer/cls', config, 7 * GIB, 12.0)
+  # Another campaign, another group name: the same step is read, and recorded there too.
+  other = memory.EstimateCache(tmp_path / 'b')
+  assert other.get('x/y/z', config)['seed_bytes'] == 7 * GIB
+  assert json.loads(run_folder.memory_file(tmp_path / 'b').read_text())['x/y/z']['seed_bytes'] \
+      == 7 * GIB
+  # A stub's numbers never reach the shared cache; another config is not confused with it.
+  assert memory.EstimateCache(tmp_path / 'c', shared=False).get('x/y/z', config) is None
+  assert other.get('x/y/z', memory.with_accumulation(config, 2)) is None
+
+
+def test_the_first_steps_compile_in_parallel_with_progress_and_match_one_at_a_time(
+    tmp_path, monkeypatch, capsys):
+  monkeypatch.setenv('LRA_CACHE_DIR', str(tmp_path / 'cache'))
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', models=['transformer', 'luna16'],
+                                       seeds=[0]))
+  groups = plan_lib.plan(spec, tmp_path)
+  parallel = memory.group_memory(groups, tmp_path / 'a', 80 * GIB, workers=2)
+  out = capsys.readouterr().out
+  assert 'Compiling 2 training steps for their memory estimates, 2 at a time' in out
+  assert '[2/2]' in out and 'left' in out
+  # One at a time, in this process (a wrapper: not the shared cache's own estimate).
+  sequential = memory.group_memory(groups, tmp_path / 'b', 80 * GIB,
+                                   estimate=lambda c: memory.vmapped_step_bytes(c))
+  assert parallel == sequential
+
+
+def test_the_estimate_says_what_it_times_before_it_starts(tmp_path):
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', models=['transformer', 'luna16'],
+                                       profile__repeats=10, profile__warmup=2))
+  cpu = estimate_lib.timing_plan(spec, 'cpu', None)
+  assert '2 full-size steps (1 tasks x 2 models), 2 warm-up and 10 timed runs each (24 steps)' \
+      in cpu
+  assert 'this takes hours' in cpu and '--memory_only' in cpu and '--assume_tflops' in cpu
+  assert 'hours' not in estimate_lib.timing_plan(spec, 'gpu', None)
+  assert 'lowered, not compiled or run' in estimate_lib.timing_plan(spec, 'cpu', 100.0)

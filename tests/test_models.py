@@ -96,13 +96,13 @@ MODEL_VARIANTS = [
     ('luna16', {'normalize_before': True}), ('luna16', {'contextual_p': False}),
     ('luna16', {'tie_kv': True, 'p_init': 'sinusoidal', 'num_pack_heads': 4}),
     ('luna16', {'positions': 'sinusoidal', 'init': 'bert'}),
-    # Every baseline, with the registry's small test options (several blocks at these lengths).
-    # Reformer with a fixed chunk length: in LRA's layout (chunk_length 0) the chunks are 1/B of
-    # the padded length, so the output depends on how far a batch is padded (batches here are
-    # always padded to max_length), though never on the padded values.
-    *((name, {'attention_options': {**registry.get(name).test_options,
-                                    **({'chunk_length': 4} if name == 'reformer' else {})}})
+    # Every baseline, with the registry's small test options (several blocks at these lengths:
+    # BigBird's blocks of 4 give 6 and 10 blocks, Reformer's chunks N / 4 of 6 and 10 rows, so
+    # computed at the input's own length their real rows would differ; they fill to max_length).
+    *((name, {'attention_options': registry.get(name).test_options})
       for name in sorted(registry.baseline_classes())),
+    ('reformer', {'attention_options': {**registry.get('reformer').test_options,
+                                        'chunk_length': 4}}),
 ]
 
 
@@ -110,7 +110,8 @@ MODEL_VARIANTS = [
 def test_padding_changes_no_real_output(model_name, overrides):
   mc = small_model_config(model_name, **overrides)
   model = models.build_model(mc, seed=0)
-  a, b = real_and_padded()
+  # 20 real tokens padded to 24 and to 40 (the model's max_length).
+  a, b = real_and_padded(n_real=20, pad_a=4, pad_b=20)
   # Real positions of X (with [CLS]) after the encoder, and every pooled representation.
   ids_a, mask_a = encoder.with_cls(jnp.asarray(a), 11, True)
   ids_b, mask_b = encoder.with_cls(jnp.asarray(b), 11, True)
@@ -118,7 +119,7 @@ def test_padding_changes_no_real_output(model_name, overrides):
   ids_b = jnp.where(mask_b, ids_b, 7)
   xa, packed_a = model.encoder(ids_a, mask_a)
   xb, packed_b = model.encoder(ids_b, mask_b)
-  n = 1 + 9
+  n = 1 + 20
   np.testing.assert_allclose(xa[:, :n], xb[:, :n], atol=1e-5)
   heads = ['cls', 'mean'] + (['mean_p'] if packed_a is not None else [])
   for head in heads:

@@ -2,6 +2,7 @@
 lines when stderr is no terminal (the data generators too), learning curves per run and per
 sweep, one-line argument errors naming the flag, TensorFlow's start-up lines silenced."""
 
+import argparse
 import json
 import os
 import pathlib
@@ -15,6 +16,7 @@ import types
 import pytest
 import tqdm
 
+from lra_luna import cli
 from lra_luna import config_lib
 from lra_luna import console
 from lra_luna import learning_curves
@@ -164,3 +166,37 @@ def test_a_sweep_says_nothing_to_do_for_each_finished_run(tmp_path, capsys):
     assert out[seed] == (f'listops/luna16/cls/seed{seed}: nothing to do: {workdir} finished 1500 '
                          f'steps; results in {workdir / "results.json"}')
   assert out[2] == '2 runs: 2 finished before, 0 to run.'
+
+
+def help_text(capsys, call) -> str:
+  with pytest.raises(SystemExit) as exit_info:
+    call()
+  assert exit_info.value.code == 0
+  return capsys.readouterr().out
+
+
+def test_help_shows_the_defaults(capsys):
+  from lra_luna import sweep  # pylint: disable=g-import-not-at-top
+  from lra_luna.profile import sweep as profile  # pylint: disable=g-import-not-at-top
+  text = help_text(capsys, lambda: profile.make_parser().parse_args(['--help']))
+  assert '(default: 32)' in text and '(default: runs/profile)' in text
+  assert '(default: 1024,2048,3072,4096)' in text and '(default: None)' not in text
+  assert '(default: 0,1,2,3,4)' in help_text(capsys, lambda: sweep.main(['--help']))
+
+
+@pytest.mark.parametrize('tool', ['report', 'campaign'])
+def test_help_ends_in_users_words_not_module_lists(capsys, tool):
+  from lra_luna import report  # pylint: disable=g-import-not-at-top
+  from lra_luna.campaign import __main__ as campaign  # pylint: disable=g-import-not-at-top
+  main = {'report': report.main, 'campaign': campaign.main}[tool]
+  text = help_text(capsys, lambda: main(['--help']))
+  assert 'Modules:' not in text and 'README' in ' '.join(text.rstrip().splitlines()[-2:])
+
+
+def test_a_choice_list_names_the_valid_choices():
+  parse = cli.choice_list(('cls', 'mean', 'mean_p'))
+  assert parse('cls, mean_p') == ['cls', 'mean_p']
+  for bad, said in (('cls,meanp', "'meanp' is unknown"), (',', 'names none')):
+    with pytest.raises(argparse.ArgumentTypeError, match=said + '; valid choices: cls, mean, '
+                       'mean_p'):
+      parse(bad)

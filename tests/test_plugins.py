@@ -222,3 +222,20 @@ def test_plugins_written_before_the_layout_by_layer_still_import():
   with pytest.raises(AttributeError, match='no_such_module'):
     import lra_luna  # pylint: disable=g-import-not-at-top
     getattr(lra_luna, 'no_such_module')
+
+
+@pytest.mark.parametrize('attention, message', [
+    ('{file}', r"names a file but no class: add ':Class', e\.g\. .*my_attention\.py:Identity; "
+               r"the nnx.Module classes it defines: \['Identity', 'Narrow', 'NoDeterministic', "
+               r"'Pair'\]"),
+    ('{dir}/absent.py', r"no file .*absent\.py; a plug-in is named 'path/to/file.py:Class'"),
+    ('softmaxx', r"config.model.attention = 'softmaxx' is not valid; valid choices: .*'luna'.*"
+                 r"'softmax'.*a plug-in 'path/to/file.py:Class'"),
+])
+def test_an_attention_without_class_or_unknown_is_refused_before_any_data(
+    plugin_file, attention, message):
+  config = config_lib.set_model(config_lib.base_config(), 'transformer')
+  config.task = 'listops'
+  config.model.attention = attention.format(file=plugin_file, dir=plugin_file.parent)
+  with pytest.raises(ValueError, match=message):
+    config_lib.validate(config)

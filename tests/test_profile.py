@@ -495,3 +495,25 @@ def test_profile_json_is_written_after_every_other_output(tmp_path, monkeypatch)
   assert seen == [('tables', False), ('plot', False)]
   assert json.loads((tmp_path / run_folder.PROFILE_FILE).read_text())['slopes'] == {
       'step_s': {}, 'memory': {}}
+
+
+@pytest.mark.parametrize('extra, said', [
+    ({'device_peak_bytes': 3 * 2**20}, 'device peak 3.0 MiB'),
+    ({'device_peak_hidden': True, 'device_peak_after_compile_bytes': 5 * 2**20},
+     "device peak not above the compile's (5.0 MiB)"),
+    ({}, "no device peak (this device keeps no memory counters; the estimate is XLA's)"),
+])
+def test_the_progress_line_says_what_memory_it_shows(extra, said):
+  point = {**fabricated_point('luna16', 1024, 2.0, 2**20), **extra}
+  line = tabulate.describe(point)
+  assert said in line and ' - MiB' not in line
+
+
+def test_a_plugins_attention_is_named_once():
+  points = [{**fabricated_point(name, 1024, 1.0, 1000), 'attention_implementation': what}
+            for name, what in (('transformer', 'softmax, vanilla'),
+                               ('RandomFeatureAttention', 'RandomFeatureAttention'))]
+  note = tabulate.attention_note(fabricated_results(points, ['transformer',
+                                                             'RandomFeatureAttention']))
+  assert note == ('Attention per row: Transformer softmax, vanilla; RandomFeatureAttention '
+                  '(a plug-in).')

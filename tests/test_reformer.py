@@ -17,8 +17,8 @@ DIM, HEADS = 16, 2
 SMALL_OPTIONS = dict(num_hashes=2, num_buckets=4)  # several rounds, several chunks
 
 
-def make(seed=0, **options):
-  return ReformerAttention(DIM, HEADS, max_length=64, rngs=nnx.Rngs(seed),
+def make(seed=0, max_length=64, **options):
+  return ReformerAttention(DIM, HEADS, max_length=max_length, rngs=nnx.Rngs(seed),
                            **{**SMALL_OPTIONS, **options})
 
 
@@ -174,7 +174,7 @@ def test_multi_round_equals_single_round_when_every_round_sees_all_keys():
     (13, (13, 9), dict(num_hashes=1, num_buckets=4, chunk_length=16, mask_self=True)),  # 1 chunk
 ])
 def test_matches_dense_reference_from_its_own_buckets(length, lengths, options):
-  module = make(**options)
+  module = make(max_length=length, **options)  # no fill to max_length: the layout at n
   x, mask = inputs(length, lengths, seed=3)
   expected, allowed = lsh_reference(module, x, mask)
   np.testing.assert_allclose(real_rows(run(module, x, mask), mask), real_rows(expected, mask),
@@ -188,7 +188,7 @@ def test_matches_dense_reference_from_its_own_buckets(length, lengths, options):
 def test_output_row_ignores_keys_outside_its_buckets():
   # With a zero query bias, x_j -> 2 x_j keeps q_j's buckets (scale invariance), so no chunk
   # changes: y_i moves only if j is in i's allowed set in some round of some head.
-  module = make(num_hashes=1, num_buckets=4, chunk_length=8)
+  module = make(num_hashes=1, num_buckets=4, chunk_length=8, max_length=41)
   module.query.bias[...] = jnp.zeros_like(module.query.bias[...])
   x, mask = inputs(41, (41, 41), seed=5)
   _, allowed = lsh_reference(module, x, mask)
@@ -337,3 +337,19 @@ def test_no_n_by_n_tensor_with_fixed_chunks(options, sparse):
   jaxpr = jax.make_jaxpr(lambda state, x, mask: nnx.merge(graphdef, state)(x, mask))(
       state, x, mask)
   assert (largest_intermediate(jaxpr.jaxpr) < n * n) == sparse
+
+
+@pytest.mark.parametrize('options', [{}, dict(chunk_length=8)])
+def test_real_rows_do_not_depend_on_the_padded_length(options):
+  """The same 30 real tokens padded to 32 and to 64: at their own lengths the chunks (LRA's N /
+  B: 8 or 16) or what the first chunk looks back to (cyclically, the last chunk: real tokens at
+  32, filler at 64) differ, and so do the real rows; the module fills every input to max_length
+  first, so its real rows are the same."""
+  module = make(max_length=64, num_hashes=1, num_buckets=4, **options)
+  x, mask = inputs(64, (30, 30), seed=2)
+  short_x, short_mask = x[:, :32], mask[:, :32]
+  at_own_length = lambda x, mask: np.asarray(module.attend(x, mask, deterministic=True,
+                                                           rngs=None))[:, :30]
+  assert not np.allclose(at_own_length(short_x, short_mask), at_own_length(x, mask), atol=1e-3)
+  np.testing.assert_allclose(np.asarray(run(module, short_x, short_mask))[:, :30],
+                             np.asarray(run(module, x, mask))[:, :30], atol=1e-5)

@@ -144,3 +144,33 @@ def test_vmapped_seeds_match_seeds_run_alone(tmp_path):
           section, key)
   assert vmapped[0]['last']['val_loss'] != pytest.approx(vmapped[1]['last']['val_loss'],
                                                          abs=1e-6)  # seeds differ
+
+
+@pytest.mark.parametrize('heads', ['cls,meanp', 'meanp', ','])
+def test_an_unknown_head_stops_before_anything_runs(tmp_path, recorded, capsys, heads):
+  with pytest.raises(SystemExit) as stop:
+    sweep.main(sweep_args(tmp_path, extra=('--heads', heads)))
+  err = capsys.readouterr().err
+  assert stop.value.code == 2 and recorded[0] == []
+  assert err.count('\n') == 1 and '--heads' in err and 'valid choices: cls, mean, mean_p' in err
+  assert not any(tmp_path.iterdir())
+
+
+def test_a_head_no_config_can_pool_stops_before_anything_runs(tmp_path, recorded, capsys):
+  spec = f'{CONFIG}:transformer,quick'
+  args = ['--config', spec, '--seeds', '0', '--sweep_dir', str(tmp_path), '--heads', 'mean_p',
+          '--override', *TINY]
+  assert sweep.main(args) == 2 and recorded[0] == []
+  err = capsys.readouterr().err
+  assert err.count('\n') == 1
+  assert 'no --config can pool it' in err and 'model transformer pools cls, mean only' in err
+
+
+def test_a_head_one_of_two_configs_can_pool_is_skipped_for_the_other(tmp_path, capsys):
+  runs = sweep.plan([SPEC, f'{CONFIG}:transformer,quick'], [0], ['cls', 'mean_p'], TINY,
+                    tmp_path)
+  assert sorted((r.config.model.attention, r.head) for r in runs) == [
+      ('luna', 'cls'), ('luna', 'mean_p'), ('softmax', 'cls')]
+  out = capsys.readouterr().out
+  assert 'skipping head mean_p: model transformer pools cls, mean only' in out
+  assert 'no P' not in out and 'luna16' not in out

@@ -255,8 +255,11 @@ def test_retrieval_missing_or_empty_files(tmp_path):
   config = task_config('retrieval', 'luna16,quick')
   config.data_dir = str(tmp_path)
   with pytest.raises(base.DataError, match=r'new_aan_pairs.train.tsv, .* not found.*'
-                                           r'data/import_lra_release.py'):
+                                           r'data/import_lra_release.py') as refused:
     retrieval.load_retrieval(config)
+  # Where the release is published, so that a newcomer can get it.
+  assert ('https://storage.googleapis.com/long-range-arena/lra_release.gz, about 7.7 GB'
+          in str(refused.value))
   # The raw release under the data root: the message says where the files are.
   write_aan(tmp_path / 'lra_release' / 'tsv_data', rows=AAN_ROWS)
   with pytest.raises(base.DataError, match=r'Found .*lra_release/tsv_data/new_aan_pairs.train'):

@@ -506,17 +506,23 @@ def test_smoke_word_keeps_the_shapes_and_shortens_the_run():
   differing = {k for k, v in config_lib.flatten(smoke).items() if config_lib.flatten(full)[k] != v}
   assert differing - {'preset'} == {'smoke', 'num_train_steps', 'eval_every', 'checkpoint_every', 'log_every',
                        'max_eval_batches', 'dataset_name', 'listops.num_train',
-                       'listops.num_val', 'listops.num_test'}
-  assert (smoke.num_train_steps, smoke.eval_every, smoke.max_eval_batches) == (20, 20, 2)
-  # The generated set holds the examples the test reads, in a folder of its own.
-  assert smoke.listops.num_train == 20 * smoke.batch_size
-  assert smoke.listops.num_val == smoke.listops.num_test == 2 * smoke.eval_batch_size
+                       'listops.num_val', 'listops.num_test', 'batch_size', 'eval_batch_size'}
+  steps = config_lib.SMOKE_STEPS
+  assert (smoke.num_train_steps, smoke.eval_every, smoke.max_eval_batches) == (steps, steps, 2)
+  assert smoke.batch_size == min(full.batch_size, 8) and smoke.eval_batch_size == 8
+  # The generated set holds the examples the test reads (the last evaluation batch a part one),
+  # in a folder of its own.
+  assert smoke.listops.num_train == steps * smoke.batch_size
+  assert smoke.listops.num_val == smoke.listops.num_test == 2 * 8 - 4
   assert smoke.dataset_name == full.dataset_name + '-smoke'
+  assert (smoke.model.to_dict(), smoke.max_length) == (full.model.to_dict(), full.max_length)
   # Every task config honours it; an explicit override still wins.
   for task in ('text', 'retrieval', 'image', 'pathfinder', 'pathx'):
-    assert config_lib.load_config(f'configs/{task}.py:luna16,smoke').num_train_steps == 20
+    assert config_lib.load_config(f'configs/{task}.py:luna16,smoke').num_train_steps == steps
+  pathx = config_lib.load_config('configs/pathx.py:luna16,smoke')
+  assert pathx.pathfinder.generate_if_missing and pathx.dataset_name.endswith('-smoke')
   pathfinder = config_lib.load_config('configs/pathfinder.py:luna16,smoke')
-  assert pathfinder.pathfinder.num_images * 8 // 10 >= 20 * pathfinder.batch_size
+  assert pathfinder.pathfinder.num_images * 8 // 10 >= steps * pathfinder.batch_size
   assert config_lib.load_config('configs/listops.py:luna16,smoke',
                                 ['--config.num_train_steps=7']).num_train_steps == 7
 
@@ -527,10 +533,11 @@ def test_smoke_run_is_marked_in_results(tmp_path):
   config = config_lib.load_config('configs/listops.py:luna16,quick,smoke',
                                   [f'--config.data_dir={tmp_path / "data"}', *tiny_model])
   results = train.train_and_evaluate(config, tmp_path / 'run')
-  assert results['steps'] == 20 and results['last']['test_examples'] == 2 * config.eval_batch_size
+  steps = config_lib.SMOKE_STEPS
+  assert results['steps'] == steps and results['last']['test_examples'] == 12
   assert 'smoke test' in results['data']['smoke']
   assert results['data']['path'].endswith('listops-quick-smoke')
-  assert results['data']['examples'] == {'train': 20 * 64, 'validation': 500, 'test': 500}
+  assert results['data']['examples'] == {'train': steps * 8, 'validation': 12, 'test': 12}
 
 
 # Each phase with the signal sent there and the line it must give (after the signal's name).

@@ -1,7 +1,6 @@
 """`python -m lra_luna.campaign SPEC --dir DIR [...]`: the command line of the campaign driver
 (lra_luna/campaign/__init__.py says what a campaign is)."""
 
-import argparse
 import json
 import os
 import pathlib
@@ -21,12 +20,15 @@ import lra_luna
 
 
 def parse_args(argv):
-  parser = cli.ArgumentParser(prog='python -m lra_luna.campaign',
-                              description=campaign_package.__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(
+      prog='python -m lra_luna.campaign', description=campaign_package.__doc__,
+      epilog='First time: python -m lra_luna.campaign campaigns/quick.py --dir '
+      'runs/campaign_quick checks the whole pipeline on a CPU; --estimate --memory_only plans '
+      'a full campaign\'s memory without timing anything (README, "The campaign").')
   parser.add_argument('spec', help='campaign spec, e.g. campaigns/quick.py')
   parser.add_argument('--dir', required=True, help='campaign folder (runs, jobs, report)')
-  parser.add_argument('--launcher', choices=('local', 'slurm'), default='local')
+  parser.add_argument('--launcher', choices=('local', 'slurm'), default='local',
+                      help='where the jobs run: this machine or a Slurm cluster')
   parser.add_argument('--override', action='extend', nargs='+', default=[], metavar='KEY=VALUE',
                       help='config field for every run, e.g. num_train_steps=60 (as sweep)')
   parser.add_argument('--status', action='store_true', help="print each run's state and exit")
@@ -92,6 +94,8 @@ def run_estimate(campaign, args) -> int:
                                  device_bytes, memory.platform())
   if args.memory_only:
     return 0
+  print(estimate_lib.timing_plan(campaign.spec, memory.platform(), args.assume_tflops),
+        flush=True)
   failures = campaign.run_jobs([driver_lib.ESTIMATE_JOB + t for t in campaign.spec.tasks])
   if failures:
     return print_failures(failures)

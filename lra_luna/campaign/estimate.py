@@ -103,3 +103,23 @@ def estimate_finished(spec, campaign_dir, task: str) -> bool:
   """Whether a task's estimate profile holds a point of every model."""
   path = run_folder.estimate_profile(campaign_dir, task)
   return path.exists() and len(json.loads(path.read_text())['points']) == len(spec.models)
+
+
+def timing_plan(spec, platform: str, assume_tflops) -> str:
+  """What --estimate does after the memory plan, said before it starts: the steps it lowers or
+  times, and, timing on a CPU, that this takes hours and how to plan without it."""
+  points = len(spec.tasks) * len(spec.models)
+  if assume_tflops:
+    return (f'NEXT: XLA\'s FLOP count of {points} full-size steps ({len(spec.tasks)} tasks x '
+            f'{len(spec.models)} models), lowered, not compiled or run: seconds each.')
+  steps = points * (spec.profile.warmup + spec.profile.repeats)
+  line = (f'NEXT: the profiler compiles and times {points} full-size steps ({len(spec.tasks)} '
+          f'tasks x {len(spec.models)} models), {spec.profile.warmup} warm-up and '
+          f'{spec.profile.repeats} timed runs each ({steps} steps), as jobs on the launcher\'s '
+          'device.')
+  if platform == 'cpu':
+    line += (' On a CPU a full-size step takes seconds to minutes, so this takes hours. The '
+             'memory plan above needs no '
+             'timing (--memory_only stops there); --assume_tflops <sustained TFLOP/s of the '
+             'jobs\' device> turns FLOP counts into device-hours in seconds.')
+  return line

@@ -5,6 +5,7 @@ when a step is compiled or a device asked, so the driver starts no backend for o
 import functools
 import hashlib
 import json
+import os
 import time
 import types
 
@@ -72,35 +73,118 @@ def with_accumulation(config, steps: int):
   return config
 
 
-def cached_estimate(saved: dict, path, name: str, config, estimate) -> int | None:
-  """estimate(config), kept in `saved` (written to path) under the group's name, or
-  'name:grad_accumulation_steps=<k>' where it accumulates, with its config_key and platform."""
+def entry_name(name: str, config) -> str:
+  """A group's key in memory.json: its name, with ':grad_accumulation_steps=<k>' where k > 1."""
   k = config.grad_accumulation_steps
-  entry_name = name if k == 1 else f'{name}:grad_accumulation_steps={k}'
-  entry, where = saved.get(entry_name, {}), platform()
-  if entry.get('config') != config_key(config) or entry.get('platform') != where:
+  return name if k == 1 else f'{name}:grad_accumulation_steps={k}'
+
+
+def shared_key(config) -> str:
+  """A step's key in the per-user cache (run_folder.step_memory_cache): its config digest and
+  the platform it compiles for, whichever campaign or group asks."""
+  return f'{config_key(config)}@{platform()}'
+
+
+class EstimateCache:
+  """The memory estimates of a campaign (<campaign>/estimate/memory.json) backed by the per-user
+  cache that every campaign shares, so that a step compiled once is never compiled again."""
+
+  def __init__(self, campaign_dir, shared: bool = True):
+    """shared: backed by the per-user cache (only for XLA's real estimates, not stubs)."""
+    self.path = run_folder.memory_file(campaign_dir)
+    self.shared_path = run_folder.step_memory_cache() if shared else None
+    self.saved, self.shared = (json.loads(p.read_text()) if p and p.exists() else {}
+                               for p in (self.path, self.shared_path))
+
+  def get(self, name: str, config) -> dict | None:
+    """The entry of a group's step, from the campaign's file or the shared cache; None if
+    neither holds it for this config and platform."""
+    entry = self.saved.get(entry_name(name, config), {})
+    if entry.get('config') == config_key(config) and entry.get('platform') == platform():
+      return entry
+    shared = self.shared.get(shared_key(config))
+    if shared is None:
+      return None
+    self.put(name, config, shared['seed_bytes'], shared['compile_s'])  # this campaign's too
+    return self.saved[entry_name(name, config)]
+
+  def put(self, name: str, config, seed_bytes, compile_s: float) -> None:
+    entry = {'config': config_key(config), 'platform': platform(), 'seed_bytes': seed_bytes,
+             'compile_s': compile_s}
+    self.saved[entry_name(name, config)] = entry
+    self.shared[shared_key(config)] = entry
+    run_folder.write_json_atomically(self.path, self.saved)
+    if self.shared_path:
+      run_folder.write_json_atomically(self.shared_path, self.shared)
+
+
+def cached_estimate(cache: EstimateCache, name: str, config, estimate) -> int | None:
+  """estimate(config), kept in `cache` (the campaign's memory.json and the shared cache)."""
+  entry = cache.get(name, config)
+  if entry is None:
+    k = config.grad_accumulation_steps
     start = time.perf_counter()
     print(f'{name}: compiling its training step' + (f' with {k} micro-batches' if k > 1 else '')
           + ' for its memory estimate ...', flush=True)
-    entry = {'config': config_key(config), 'platform': where, 'seed_bytes': estimate(config),
-             'compile_s': time.perf_counter() - start}
-    saved[entry_name] = entry
-    run_folder.write_json_atomically(path, saved)
+    cache.put(name, config, estimate(config), time.perf_counter() - start)
+    entry = cache.get(name, config)
   return entry['seed_bytes']
 
 
-def group_memory(groups: dict, campaign_dir, device_bytes, estimate=vmapped_step_bytes) -> dict:
+def timed_estimate(config) -> tuple[int | None, float]:
+  """(vmapped_step_bytes(config), seconds it took): a worker process's job."""
+  start = time.perf_counter()
+  return vmapped_step_bytes(config), time.perf_counter() - start
+
+
+def compile_in_parallel(todo: list, cache: EstimateCache, workers: int) -> None:
+  """The estimates of todo [(group name, config)] compiled by `workers` processes at once (XLA
+  compiles a step mostly on one core), each kept in `cache` as it arrives, with a progress line
+  and the time left at the mean pace so far."""
+  import concurrent.futures  # pylint: disable=g-import-not-at-top
+  import multiprocessing  # pylint: disable=g-import-not-at-top
+  from lra_luna import console  # pylint: disable=g-import-not-at-top
+  print(f'Compiling {len(todo)} training steps for their memory estimates, {workers} at a time '
+        f'(cached in {cache.shared_path} for every later campaign) ...', flush=True)
+  start = time.perf_counter()
+  context = multiprocessing.get_context('spawn')  # a fresh JAX per worker, no forked threads
+  with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
+                                              initializer=_worker_setup) as pool:
+    futures = {pool.submit(timed_estimate, config): (name, config) for name, config in todo}
+    for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+      name, config = futures[future]
+      seed_bytes, seconds = future.result()
+      cache.put(name, config, seed_bytes, seconds)
+      left = (time.perf_counter() - start) / done * (len(todo) - done)
+      size = '-' if seed_bytes is None else f'{seed_bytes / GIB:.2f} GiB'
+      print(f'  [{done}/{len(todo)}] {name}: {size} per seed (compiled in {seconds:.0f} s); '
+            f'about {console.format_duration(left)} left', flush=True)
+
+
+def _worker_setup() -> None:
+  """A compiling worker on a GPU host: allocate device memory on demand, not 75% up front."""
+  import os  # pylint: disable=g-import-not-at-top
+  os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
+
+
+def group_memory(groups: dict, campaign_dir, device_bytes, estimate=vmapped_step_bytes,
+                 workers: int | None = None) -> dict:
   """{group name: (gradient accumulation steps, bytes one seed of its step needs, whether one
-  seed fits)}: plan.fitting_accumulation on the device (one device per job: the whole batch),
-  each estimate compiled once per config and platform and kept in
-  <campaign>/estimate/memory.json (a full-size step compiles for seconds to minutes)."""
-  path = run_folder.memory_file(campaign_dir)
-  saved = json.loads(path.read_text()) if path.exists() else {}
+  seed fits)}: plan.fitting_accumulation on the device (one device per job: the whole batch).
+  Each estimate is compiled once per config and platform and kept in
+  <campaign>/estimate/memory.json and the per-user cache; the groups' first steps compile
+  `workers` at a time (default: every core) before the plan, the micro-batch retries after."""
+  cache = EstimateCache(campaign_dir, shared=estimate is vmapped_step_bytes)
+  todo = [(plan_lib.group_name(key), runs[0].config) for key, runs in groups.items()
+          if cache.get(plan_lib.group_name(key), runs[0].config) is None]
+  workers = min(workers or os.cpu_count() or 1, len(todo))
+  if estimate is vmapped_step_bytes and workers > 1:
+    compile_in_parallel(todo, cache, workers)
   plans = {}
   for key, runs in groups.items():
     name, config = plan_lib.group_name(key), runs[0].config
     plans[name] = plan_lib.fitting_accumulation(
         lambda k, name=name, config=config: cached_estimate(
-            saved, path, name, with_accumulation(config, k), estimate),
+            cache, name, with_accumulation(config, k), estimate),
         device_bytes, config.grad_accumulation_steps, config.batch_size)
   return plans

@@ -31,6 +31,11 @@ def plan(spec, campaign_dir) -> dict:
         raise spec_lib.CampaignError(str(e)) from None
       for run in runs:
         groups.setdefault((task, model, run.head), []).append(run)
+  unpooled = [h for h in spec.heads if all(h not in registry.get(m).heads for m in spec.models)]
+  if unpooled:  # A spec must not plan less than it names in silence.
+    raise spec_lib.CampaignError(
+        f'heads {unpooled[0]!r}: none of the models {list(spec.models)} can pool it (mean_p '
+        'needs a Luna model); drop it from heads or add a Luna model.')
   return groups
 
 

@@ -16,6 +16,11 @@ from lra_luna import console
 DEFAULT_DATA_ROOT = (lra_luna.CHECKOUT / 'data' / 'store' if lra_luna.CHECKOUT
                      else pathlib.Path.home() / '.cache' / 'lra_luna' / 'data')
 DATA_DIR_ENV = 'LRA_DATA_DIR'
+# The LRA release, where its authors' README (github.com/google-research/long-range-arena) links
+# it; its size as other projects report it (the authors publish neither size nor checksum).
+LRA_RELEASE_URL = 'https://storage.googleapis.com/long-range-arena/lra_release.gz'
+RELEASE_DOWNLOAD = (f'the release is {LRA_RELEASE_URL}, about 7.7 GB; unpack it with '
+                    '`tar xzf lra_release.gz`')
 
 
 class DataError(ValueError):

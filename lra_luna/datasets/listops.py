@@ -30,7 +30,8 @@ RELEASE_FOLDER = 'listops-1000'  # the release's folder name, and where the impo
 GENERATE_HINT = ('run `python data/generate_listops.py` or point --config.data_dir at the LRA '
                  'release (the folder holding listops-1000/)')
 RELEASE_HINT = ('import the LRA release with `python data/import_lra_release.py <unpacked '
-                'lra_release folder>` (it links listops-1000/ into the data root), point '
+                'lra_release folder>` (it links listops-1000/ into the data root; '
+                + base.RELEASE_DOWNLOAD + '), point '
                 '--config.data_dir at a root holding listops-1000/, or train on generated data '
                 'with --config.data_source=generated')
 

@@ -45,7 +45,8 @@ def _missing_folder_error(root: pathlib.Path, folder: pathlib.Path, resolution: 
   command = generate_command(resolution, difficulty)
   return base.DataError(
       f'No Pathfinder data at {folder}.{hint} Import the LRA release with `python '
-      f'data/import_lra_release.py <unpacked lra_release folder>`, point --config.data_dir at '
+      f'data/import_lra_release.py <unpacked lra_release folder>` ({base.RELEASE_DOWNLOAD}), '
+      'point --config.data_dir at '
       f'a root holding the release\'s pathfinder{resolution}/, or train on generated data with '
       f'--config.data_source=generated (made by `{command}`).')
 

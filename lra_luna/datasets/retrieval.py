@@ -23,8 +23,8 @@ VOCAB_SIZE = text_lib.VOCAB_SIZE
 NUM_CLASSES = 2
 FIELD_SIZE_LIMIT = 2**31 - 1  # texts are long; csv's default limit is 128 KiB
 IMPORT_HINT = ('run `python data/import_lra_release.py <unpacked lra_release folder>` (it links '
-               'tsv_data/new_aan_pairs.*.tsv there), or point --config.data_dir at a root '
-               'holding <dataset_name>/new_aan_pairs.*.tsv')
+               'tsv_data/new_aan_pairs.*.tsv there; ' + base.RELEASE_DOWNLOAD + '), or point '
+               '--config.data_dir at a root holding <dataset_name>/new_aan_pairs.*.tsv')
 
 
 def _rows(path: pathlib.Path):

@@ -81,6 +81,32 @@ def _import_file(path: pathlib.Path):
   return module
 
 
+def module_classes(module) -> list[str]:
+  """The names of the nnx.Module classes a module defines itself (not those it imports)."""
+  return sorted(n for n, v in vars(module).items() if isinstance(v, type)
+                and issubclass(v, nnx.Module) and v.__module__ == module.__name__)
+
+
+def check_not_a_bare_file(attention: str) -> None:
+  """ValueError when an attention name is a file without ':Class' (path/to/file.py), naming the
+  nnx.Module classes the file defines, so that the run stops before any data is read."""
+  if is_plugin(attention) or not (attention.endswith('.py') or '/' in attention):
+    return
+  path = pathlib.Path(attention).resolve()
+  if not path.is_file():
+    raise ValueError(f"config.model.attention = {attention!r}: no file {path}; a plug-in is "
+                     "named 'path/to/file.py:Class' (a path relative to the current folder).")
+  try:
+    found = module_classes(_import_file(path))
+  except Exception as e:  # The user's module: any error it raises means it cannot be used.
+    raise ValueError(f"config.model.attention = {attention!r} names a file but no class (add "
+                     f"':Class'), and the file cannot be imported ({type(e).__name__}: {e}).") from e
+  example = found[0] if found else 'MyAttention'
+  raise ValueError(f"config.model.attention = {attention!r} names a file but no class: add "
+                   f"':Class', e.g. {attention}:{example}; the nnx.Module classes it defines: "
+                   f'{found}.')
+
+
 def load_class(spec: str) -> type:
   """The nnx.Module class that `spec` names; FileNotFoundError or ValueError that says what is
   wrong (no file, an import error, no such class, not a module class)."""
@@ -98,8 +124,7 @@ def load_class(spec: str) -> type:
                      f'({type(e).__name__}: {e}){hint}.') from e
   cls = getattr(module, class_name, None)
   if cls is None:
-    found = sorted(n for n, v in vars(module).items() if isinstance(v, type)
-                   and issubclass(v, nnx.Module) and v.__module__ == module.__name__)
+    found = module_classes(module)
     raise ValueError(f'Attention plug-in {spec!r}: {where} has no {class_name!r}; the nnx.Module '
                      f'classes it defines: {found}.')
   if not (isinstance(cls, type) and issubclass(cls, nnx.Module)):

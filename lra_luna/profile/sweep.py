@@ -76,19 +76,20 @@ def length_list(text: str) -> list[int]:
 
 
 def make_parser() -> cli.ArgumentParser:
-  parser = cli.ArgumentParser(prog='python -m lra_luna.profile', description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog='python -m lra_luna.profile', description=__doc__)
   parser.add_argument('--models', type=model_list, default=None,
                       help='comma-separated models (default: Transformers, Luna, baselines) and '
                       "attention plug-ins 'path/to/file.py:Class' (lra_luna/models/plugins.py)")
   parser.add_argument('--lengths', type=length_list, default=list(PAPER_LENGTHS),
                       help='comma-separated sequence lengths, tokens: 1024,2048 or 1K,2K')
-  parser.add_argument('--batch_size', type=int, default=32)
+  parser.add_argument('--batch_size', type=int, default=32,
+                      help='examples per step (the paper: 32; on a CPU use 1)')
   parser.add_argument('--config', default=str(measure.TEXT_CONFIG),
                       help='configs/<task>.py[:arg] (default: the Text task)')
   parser.add_argument('--dtype', default='float32', choices=DTYPES,
                       help="the models' compute dtype")
-  parser.add_argument('--out_dir', default='runs/profile')
+  parser.add_argument('--out_dir', default='runs/profile',
+                      help='where profile.json, table2.md/.tex and scaling.png go')
   parser.add_argument('--repeats', type=int, default=10, help='timed steps (median reported)')
   parser.add_argument('--warmup', type=int, default=2, help='untimed steps after compiling')
   parser.add_argument('--memory_only', action=argparse.BooleanOptionalAction, default=False,

@@ -95,6 +95,18 @@ def spread_words(point: dict) -> str:
           f'{len(point["step_times_s"])} repeats, spread {point["spread"]:.0%})')
 
 
+def device_peak_words(point: dict) -> str:
+  """The device's own peak of a point in words: its MiB, or why there is none (a CPU keeps no
+  memory counters; on a GPU the compile's peak may hide the steps')."""
+  peak = point.get('device_peak_bytes')
+  if peak is not None:
+    return f'device peak {mib(peak)} MiB'
+  if point.get('device_peak_hidden'):
+    return (f'device peak not above the compile\'s '
+            f'({mib(point.get("device_peak_after_compile_bytes"))} MiB)')
+  return 'no device peak (this device keeps no memory counters; the estimate is XLA\'s)'
+
+
 def describe(point: dict) -> str:
   """One progress line."""
   name = f'{point["model"]} @ {point["length"]}'
@@ -106,7 +118,7 @@ def describe(point: dict) -> str:
   line = (f'{name}: {rate(point["steps_per_s"])} steps/s{spread_words(point)} ('
           + ('not compiled' if compile_s is None else f'compile {compile_s:.1f} s') + '), '
           f'memory estimate {mib(point["estimated_bytes"])} MiB, '
-          f'device peak {mib(point.get("device_peak_bytes"))} MiB, '
+          f'{device_peak_words(point)}, '
           f'{(point["flops_per_step"] or 0) / 1e9:.1f} GFLOP/step')
   if (point.get('spread') or 0) > SPREAD_WARNING:
     line += (f'\n  WARNING: step times spread {point["spread"]:.0%} over the repeats (over '
@@ -164,8 +176,10 @@ def attention_note(results: dict) -> str:
       implementations.setdefault(p['model'], p['attention_implementation'])
   if not implementations:
     return ''
-  return ('Attention per row: ' + '; '.join(f'{registry.label(name)} {what}'
-                                            for name, what in implementations.items()) + '.')
+  # A plug-in's implementation is its class name, its row label too: said once, as a plug-in.
+  return ('Attention per row: ' + '; '.join(
+      f'{registry.label(name)} ' + ('(a plug-in)' if what == registry.label(name) else what)
+      for name, what in implementations.items()) + '.')
 
 
 def matmul_precisions(results: dict) -> str:

@@ -1,6 +1,5 @@
 """`python -m lra_luna.report`: reads a sweep folder, writes Tables 1 and 3 and Figure 1."""
 
-import argparse
 import json
 import pathlib
 import sys
@@ -54,8 +53,11 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None)
 
 def main(argv=None) -> int:
   from lra_luna import report  # pylint: disable=g-import-not-at-top  (its docstring is the help)
-  parser = cli.ArgumentParser(prog='python -m lra_luna.report', description=report.__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(
+      prog='python -m lra_luna.report', description=report.__doc__,
+      epilog='Example: python -m lra_luna.report runs/sweep_listops_quick prints Tables 1 and 3 '
+      'and writes them with Figure 1 to runs/sweep_listops_quick/report/ (README, "Five seeds '
+      'and the paper\'s tables").')
   parser.add_argument('sweep_dir', help='folder searched for results.json files')
   parser.add_argument('--checkpoint', choices=list(runs.CHECKPOINTS), default='last',
                       help='which test numbers: of the last or the best-on-validation checkpoint')

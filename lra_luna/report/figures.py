@@ -183,6 +183,10 @@ def figure1(summary: dict, results: list[dict], profile: dict | list | None, che
   ax.set_title('\n'.join([f'Figure 1: accuracy ({checkpoint} checkpoint) vs speed; {size_note}',
                           *(textwrap.fill(n, 90) for n in plot['notes'])]), fontsize=8)
   ax.margins(0.2)
+  if profile is None:
+    # Logged speeds move with the machine's load: an axis from 0 shows their differences in
+    # proportion, not a few percent of noise spread over the whole width.
+    ax.set_xlim(left=0)
   if caption:
     caption = textwrap.fill(caption, 110)
     fig.text(0.01, 0.01, caption, fontsize=6, va='bottom')

@@ -157,19 +157,34 @@ def csv_rows(table: AccuracyTable, checkpoint: str) -> tuple[list, list]:
   return header, rows
 
 
+def shown_label(row: Row) -> str:
+  """The Model cell: the papers' label for our rows too (Luna-16, not luna16), so that a row of
+  ours and the paper's row of the same model read alike; the Source column marks ours."""
+  return registry.label(row.label) if row.source == 'ours' else row.label
+
+
+def training_column_needed(table: AccuracyTable) -> bool:
+  """Whether our rows trained differently: only then does each carry its own Training cell
+  (otherwise the caption's 'Ours trained: ...' says it once)."""
+  return len({training_cell(row) for row in table.rows if row.training is not None}) > 1
+
+
 def as_table(table: AccuracyTable, checkpoint: str, campaign: str = '') -> tables.Table:
   """The lra_luna.tables.Table of an accuracy table; `campaign` (its facts) closes the caption
-  and fills a 'campaign' CSV column on our rows."""
-  header = ['Model', 'Head', 'Source', *(h for _, h in table.columns), 'Training']
-  rows = [[row.label, row.head, row.source,
-           *(format_cell(row.values.get(k)) for k, _ in table.columns), training_cell(row)]
-          for row in table.rows]
+  and fills a 'campaign' CSV column on our rows. The CSV keeps the config names and every
+  row's training."""
+  per_row = training_column_needed(table)
+  header = ['Model', 'Head', 'Source', *(h for _, h in table.columns)]
+  rows = [[shown_label(row), row.head, row.source,
+           *(format_cell(row.values.get(k)) for k, _ in table.columns)]
+          + ([training_cell(row)] if per_row else []) for row in table.rows]
   csv_header, csv_lines = csv_rows(table, checkpoint)
   if campaign:
     csv_header = [*csv_header, 'campaign']
     csv_lines = [line + [campaign if row.source == 'ours' else '']
                  for line, row in zip(csv_lines, table.rows)]
-  return tables.Table(table.name, table.title + (f' {campaign}' if campaign else ''), header,
-                      rows, align='lll' + 'r' * len(table.columns) + 'l',
+  return tables.Table(table.name, table.title + (f' {campaign}' if campaign else ''),
+                      header + (['Training'] if per_row else []), rows,
+                      align='lll' + 'r' * len(table.columns) + ('l' if per_row else ''),
                       groups=[row.group for row in table.rows], notes=list(table.notes),
                       csv_header=csv_header, csv_rows=csv_lines)

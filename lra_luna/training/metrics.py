@@ -55,6 +55,10 @@ class MetricWriter:
       self._tb.close()
 
 
+# Plain-line progress: the first line comes after this many steps past the compiled first one.
+EARLY_TIMED_STEPS = 2
+
+
 def progress_mode(config, enabled: bool) -> str:
   """'bar' (a tqdm bar, stderr is a terminal), 'lines' (one plain line per log step, stderr is a
   file or a pipe), or 'off' (config.progress_bar False, $CI set, or not the writing process)."""
@@ -92,6 +96,9 @@ class TrainingMonitor:
         self._bar = tqdm(total=self.total_steps, initial=step, unit='step', desc='train')
     elif self._bar is not None:
       self._bar.update(1)
+    elif self.mode == 'lines' and step - 1 - self._clock[0] == EARLY_TIMED_STEPS:
+      # The speed as soon as it is known, not first at log_every (minutes on a slow step).
+      self._show_speed(step - 1, time.time())
 
   def flush(self, step: int) -> None:
     """Writes each seed's mean train metrics since the last flush; TrainingError on non-finite
@@ -129,6 +136,14 @@ class TrainingMonitor:
                                   'learning_rate': float(self.schedule(step))})
     self._show(step, float(np.mean(values['train_loss'][~skipped] if not skipped.all()
                                    else values['train_loss'])), now)  # the mean written, over seeds
+
+  def _show_speed(self, step: int, now: float) -> None:
+    """The plain progress line of the first timed steps: speed and time left, no loss yet."""
+    rate = (step - self._clock[0]) / max(now - self._clock[1], 1e-9)
+    left = (self.total_steps - step) / rate if rate > 0 else math.inf
+    console.say(f'train step {step}/{self.total_steps}: {rate:.2f} steps/s, '
+                f'{console.format_duration(left)} left (from the first {step - self._clock[0]} '
+                'steps after compiling)', err=True)
 
   def _show(self, step: int, loss: float, now: float) -> None:
     """The progress: the loss just written to metrics.jsonl (seed mean), speed and time left."""

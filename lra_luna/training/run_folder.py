@@ -189,3 +189,14 @@ def estimate_profile(campaign_dir, task: str) -> pathlib.Path:
 
 def memory_file(campaign_dir) -> pathlib.Path:
   return pathlib.Path(campaign_dir) / ESTIMATE_DIR / MEMORY_FILE
+
+
+CACHE_DIR_ENV = 'LRA_CACHE_DIR'
+
+
+def step_memory_cache() -> pathlib.Path:
+  """The per-user cache of compiled steps' memory estimates that every campaign shares:
+  $LRA_CACHE_DIR, else $XDG_CACHE_HOME/lra_luna, else ~/.cache/lra_luna; step_memory.json."""
+  root = os.environ.get(CACHE_DIR_ENV) or pathlib.Path(
+      os.environ.get('XDG_CACHE_HOME') or pathlib.Path.home() / '.cache') / 'lra_luna'
+  return pathlib.Path(root) / 'step_memory.json'

@@ -141,3 +141,12 @@ class QKVOutAttention(nnx.Module):
 
 class RandomFeatures(nnx.Variable):
   """Performer random-feature matrix: module state, but not an `nnx.Param` (optimizers skip it)."""
+
+
+def fill_to(x: jax.Array, mask: jax.Array, length: int) -> tuple[jax.Array, jax.Array]:
+  """x [B, n, D] and mask [B, n] filled up to `length` rows with zeros, masked (False); as they
+  are when n >= length. For the attentions whose real rows depend on the padded length
+  (Reformer, BigBird), so that they always compute at max_length."""
+  fill = max(length - x.shape[1], 0)
+  return (jnp.pad(x, ((0, 0), (0, fill), (0, 0))),
+          jnp.pad(mask, ((0, 0), (0, fill)), constant_values=False))

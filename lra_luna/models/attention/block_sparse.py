@@ -22,8 +22,8 @@ import numpy as np
 from flax import nnx
 
 from lra_luna.models.attention.base import (MASKED_SCORE, QKVOutAttention, RandomFeatures,
-                                            check_option, einsum32, is_count, merge_heads,
-                                            projection_init)
+                                            check_option, einsum32, fill_to, is_count,
+                                            merge_heads, projection_init)
 from lra_luna.models.nn.dropout import Dropout
 
 
@@ -150,7 +150,9 @@ class BigBirdAttention(QKVOutAttention):
   [B, H, nb-2, (5+r) b, d] (a global block already in the window is masked so no key counts
   twice); the two global block rows attend to all n keys. Cost per row O((5 + r) b d) (global
   rows O(n d)); memory O(n b (5 + r)). Attention dropout applies to the probabilities.
-  `max_length` is used only by `check_options`.
+  A sequence shorter than `max_length` is filled with masked filler up to it first: the last
+  (global) block and the random blocks depend on the block count, so every input is computed at
+  one length and a real row's output does not depend on how far its batch was padded.
   Config options (CONFIG_OPTIONS): block_size, num_random_blocks, random_within.
   """
 
@@ -190,6 +192,7 @@ class BigBirdAttention(QKVOutAttention):
                        random_within=random_within)
     super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs)
     self.block_size = block_size
+    self.max_length = max_length
     self.num_random_blocks = num_random_blocks
     self.random_within = random_within
     # A key, not a table: the table's shape depends on n, so it is rebuilt in-graph per length.
@@ -206,6 +209,12 @@ class BigBirdAttention(QKVOutAttention):
     return self._random_table(*_block_layout(self.block_size, n))
 
   def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
+    n = x.shape[1]
+    x, mask = fill_to(x, mask, self.max_length)
+    return self.attend(x, mask, deterministic=deterministic, rngs=rngs)[:, :n]
+
+  def attend(self, x, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
+    """The attention at x's own length (no fill to max_length)."""
     n = x.shape[1]
     block, num_blocks = _block_layout(self.block_size, n)
     q, k, v = self._heads(x)

@@ -11,7 +11,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lra_luna.models.attention.base import (MASKED_SCORE, RandomFeatures, check_option, einsum32,
-                                            is_count, merge_heads, projection, split_heads)
+                                            fill_to, is_count, merge_heads, projection,
+                                            split_heads)
 from lra_luna.models.nn.dropout import Dropout
 
 # Paper §2 ("Causal masking for shared-QK attention"): a token's score with itself is lowered by
@@ -70,7 +71,10 @@ class ReformerAttention(nnx.Module):
   Cost per head: h N 2c scores ([chunks, c, 2c], never an [n, n] array), i.e. O(h n^2 / B) with
   LRA's layout (quadratic: c = N / B grows with n) and O(h n m) with a fixed chunk length m, plus
   an O(h n log n) sort. `attention_dropout` drops the chunk attention probabilities (LRA's
-  Reformer had no attention dropout). `max_length` is unused.
+  Reformer had no attention dropout). A sequence shorter than `max_length` is filled with masked
+  filler up to it first: the chunks (N / B) and the cyclic look-back of the first chunk depend on
+  the padded length, so every input is computed at one length and a real row's output does not
+  depend on how far its batch was padded (nor on the pad values).
   Config options (CONFIG_OPTIONS): num_hashes, num_buckets, chunk_length, normalize_keys,
   mask_self.
   """
@@ -102,6 +106,7 @@ class ReformerAttention(nnx.Module):
       raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}.')
     self.num_heads = num_heads
     self.head_dim = dim // num_heads
+    self.max_length = max_length
     self.num_hashes = num_hashes
     self.num_buckets = num_buckets
     self.chunk_length = chunk_length
@@ -122,6 +127,12 @@ class ReformerAttention(nnx.Module):
     return jnp.where(mask[:, None, None, :], ids, self.num_buckets)
 
   def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
+    n = x.shape[1]
+    x, mask = fill_to(x, mask, self.max_length)
+    return self.attend(x, mask, deterministic=deterministic, rngs=rngs)[:, :n]
+
+  def attend(self, x, mask, *, deterministic: bool, rngs: nnx.Rngs | None):
+    """The attention at x's own length (no fill to max_length)."""
     b, n, _ = x.shape
     heads, rounds = self.num_heads, self.num_hashes
     padded, chunk = chunk_layout(n, self.num_buckets, self.chunk_length)

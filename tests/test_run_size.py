@@ -1,0 +1,85 @@
+"""What a run says before it runs (run_size): the default model marked, the size and time bound
+against their formulas, the long-run warning, --help's lists; and the first progress line after
+the first timed steps, not after log_every."""
+
+import types
+
+import jax.numpy as jnp
+import pytest
+
+from lra_luna import config_lib
+from lra_luna import registry
+from lra_luna import run_size
+from lra_luna import tasks
+from lra_luna.training import metrics
+import tiny
+
+# ml_collections' config_flags loads config files with the deprecated load_module().
+pytestmark = pytest.mark.filterwarnings('ignore:the load_module:DeprecationWarning')
+
+
+@pytest.mark.parametrize('preset, given', [
+    ('listops.py:', False), ('listops.py:quick', False), ('listops.py:paper,smoke', False),
+    ('listops.py:luna16', True), ('listops.py:quick,transformer', True),
+    ('listops.py:model=bigbird', True)])
+def test_model_word_given(preset, given):
+  assert run_size.model_word_given(preset) is given
+
+
+def test_the_opening_line_marks_the_default_model_and_a_full_size_run():
+  default = run_size.opening_line(config_lib.load_config('configs/listops.py'))
+  assert default.startswith('listops / luna16 (the default model')
+  assert 'full size: 5000 steps of batch 32 x 2000 tokens' in default
+  named = run_size.opening_line(config_lib.load_config('configs/listops.py:transformer,quick'))
+  assert named.startswith('listops / transformer, LRA protocol, SHORTENED (quick config')
+  assert 'default' not in named
+
+
+def test_time_bound_is_steps_times_flops_over_speed():
+  assert run_size.time_bound_s(2.5e12, 400, 1e11) == pytest.approx(400 * 25.0)
+
+
+def test_long_run_warning_above_the_threshold_names_smoke_and_quick():
+  config = config_lib.load_config('configs/pathfinder.py:bigbird')
+  hours = run_size.LONG_RUN_HOURS
+  assert run_size.long_run_warning(config, hours * 3600 - 1) is None
+  warning = run_size.long_run_warning(config, hours * 3600 * 10)
+  assert warning.startswith(f'warning: this run takes at least {hours * 10:.0f} h')
+  assert ('configs/pathfinder.py:bigbird,smoke' in warning
+          and 'configs/pathfinder.py:bigbird,quick' in warning)
+  smoke = config_lib.load_config('configs/pathfinder.py:bigbird,smoke')
+  assert run_size.long_run_warning(smoke, hours * 3600 * 10) is None
+
+
+def test_describe_reads_no_data_and_counts_parameters(tmp_path):
+  config = tiny.config(tmp_path / 'data')
+  lines, seconds = run_size.describe(config, steps_left=10)
+  assert not (tmp_path / 'data').exists()  # nothing read, nothing generated
+  from lra_luna.profile import measure  # pylint: disable=g-import-not-at-top
+  _, _, _, _, num_params = measure.build_step(config)
+  assert lines[1] == f'size: {num_params / 1e6:.3g} M parameters.'
+  assert str(tmp_path / 'data' / 'listops-quick') in lines[2] and 'num_train 400' in lines[2]
+  assert lines[3].startswith('time: at least') and 'for 10 steps' in lines[3] and seconds > 0
+
+
+def test_config_help_lists_every_task_model_and_word():
+  text = config_lib.config_help()
+  assert set(config_lib.WORD_HELP) == set(config_lib.WORDS)
+  for name in [*tasks.TASKS, *registry.MODELS, *(w for w in config_lib.WORDS if w != 'model')]:
+    assert name in text, name
+
+
+def test_the_first_progress_line_follows_the_first_timed_steps(capsys, monkeypatch):
+  monkeypatch.delenv('CI', raising=False)
+  config = types.SimpleNamespace(num_train_steps=1000, progress_bar=True)
+  monitor = metrics.TrainingMonitor(config, [0], [], [], schedule=None, enabled=True)
+  assert monitor.mode == 'lines'  # pytest's stderr is no terminal
+  for step in range(1, 1 + metrics.EARLY_TIMED_STEPS + 1):
+    monitor.step_done(step, {'train_loss': jnp.ones(())})
+  assert capsys.readouterr().err == ''  # the last step is still in flight
+  monitor.step_done(metrics.EARLY_TIMED_STEPS + 2, {'train_loss': jnp.ones(())})
+  err = capsys.readouterr().err
+  step = metrics.EARLY_TIMED_STEPS + 1
+  assert err.startswith(f'train step {step}/1000: ') and 'steps/s' in err and ' left ' in err
+  monitor.step_done(metrics.EARLY_TIMED_STEPS + 3, {'train_loss': jnp.ones(())})
+  assert capsys.readouterr().err == ''  # once
