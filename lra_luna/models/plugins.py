@@ -100,7 +100,8 @@ def check_not_a_bare_file(attention: str) -> None:
     found = module_classes(_import_file(path))
   except Exception as e:  # The user's module: any error it raises means it cannot be used.
     raise ValueError(f"config.model.attention = {attention!r} names a file but no class (add "
-                     f"':Class'), and the file cannot be imported ({type(e).__name__}: {e}).") from e
+                     f"':Class'), and the file cannot be imported ({type(e).__name__}: "
+                     f'{e}).') from e
   example = found[0] if found else 'MyAttention'
   raise ValueError(f"config.model.attention = {attention!r} names a file but no class: add "
                    f"':Class', e.g. {attention}:{example}; the nnx.Module classes it defines: "
