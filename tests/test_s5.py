@@ -278,3 +278,20 @@ def test_paper_protocol_is_the_authors_script():
   pathx = config_lib.load_config('configs/pathx.py:s5,paper')
   assert pathx.model.attention_options.c_init == 'complex_normal'
   assert pathx.ssm_learning_rate == 6e-4 and pathx.learning_rate == pytest.approx(1.8e-3)
+
+
+@pytest.mark.parametrize('model_name', ['s5', 'lru'])
+def test_compiled_step_memory_grows_at_most_linearly(model_name):
+  """XLA's memory estimate of the whole training step as the profiler measures it (the Text
+  model, batch 1) at 1K, 2K and 4K tokens: fitted log-log slope at most 1.05 (a quadratic term
+  would push it towards 2)."""
+  from lra_luna.profile import measure, slopes
+  lengths = (1024, 2048, 4096)
+  memory = []
+  for length in lengths:
+    config = measure.point_config('configs/text.py', model_name, length, 1, 'float32')
+    step, state, batch, dropout_key, _ = measure.build_step(config)
+    compiled = step.lower(state, batch, dropout_key).compile()
+    memory.append(measure.compiled_memory(compiled)['estimated_bytes'])
+  assert slopes.fitted_slope(lengths, memory)['slope'] <= 1.05
+  assert memory[2] > 2 * memory[0]  # it does grow with n: the estimate sees the activations
