@@ -137,8 +137,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.schedule = ''                   # 'rsqrt': warmup then lr*sqrt(w/s); 'cosine', 'linear': to 0 (*)
   c.learning_rate = 0.0             # peak learning rate, at the end of warmup (*)
   c.weight_decay = 0.0              # AdamW decoupled weight decay (times the lr); 0 = none
-  # > 0: an SSM's A and dt (models/blocks/s4d.py SSM_PARAMETERS) train at this peak rate (same schedule)
-  # with no weight decay, as the S4 authors; 0: they train like every other parameter.
+  # > 0: an SSM's own parameters (SSM_PARAMETERS of models/blocks/: s4d.py, s5.py, lru.py) train at this
+  # peak rate (same schedule) with no weight decay, as their authors; 0: like every other one.
   c.ssm_learning_rate = 0.0
   c.adam_b1 = 0.9                   # Adam beta1 (LRA, Luna reference)
   c.adam_b2 = 0.98                  # Adam beta2 (LRA, Luna reference)

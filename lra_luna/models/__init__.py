@@ -2,7 +2,7 @@
 
   attention/   attention mechanisms (softmax, Luna's pack and unpack, causal Luna, the baselines)
                and `attention/base.py`, what they are built from (`QKVOutAttention`)
-  blocks/      encoder blocks that are no attention (S4D, Mega)
+  blocks/      encoder blocks that are no attention (S4D, Mega, S5, LRU)
   encoder/     the one encoder: embedding, Luna's P and layers, the block encoder and its protocol
   heads/       what reads the encoder's output (classification: pooling and the MLP)
   nn/          building blocks shared by all (Linear, dropout, LayerNorm, feed-forward)

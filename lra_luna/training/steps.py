@@ -21,7 +21,9 @@ from lra_luna import config_lib
 from lra_luna.datasets import input_pipeline
 from lra_luna.models import attention
 from lra_luna.models import classifier as models
+from lra_luna.models.blocks import lru
 from lra_luna.models.blocks import s4d
+from lra_luna.models.blocks import s5
 from lra_luna.models.model_config import ModelConfig
 from lra_luna.training import host_memory
 
@@ -94,11 +96,16 @@ def make_optimizer(config):
   return adamw
 
 
+# The leaves that train at config.ssm_learning_rate: each state space model's SSM_PARAMETERS.
+SSM_PARAMETERS = frozenset(s4d.SSM_PARAMETERS + s5.SSM_PARAMETERS + lru.SSM_PARAMETERS)
+
+
 def parameter_groups(params):
-  """The optimizer group of every parameter leaf: 'ssm' for an SSM's A and dt (a name in
-  models/blocks/s4d.py SSM_PARAMETERS), 'default' for the rest."""
+  """The optimizer group of every parameter leaf: 'ssm' for an SSM's own parameters (a name in
+  SSM_PARAMETERS: S4D's A and dt, S5's Lambda, B~ and steps, LRU's nu, theta, gamma and B),
+  'default' for the rest."""
   def group(path, _):
-    return 'ssm' if getattr(path[-1], 'key', None) in s4d.SSM_PARAMETERS else 'default'
+    return 'ssm' if getattr(path[-1], 'key', None) in SSM_PARAMETERS else 'default'
   return jax.tree_util.tree_map_with_path(group, params)
 
 
