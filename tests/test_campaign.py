@@ -875,3 +875,12 @@ def test_the_estimate_says_what_it_times_before_it_starts(tmp_path):
   assert 'this takes hours' in cpu and '--memory_only' in cpu and '--assume_tflops' in cpu
   assert 'hours' not in estimate_lib.timing_plan(spec, 'gpu', None)
   assert 'lowered, not compiled or run' in estimate_lib.timing_plan(spec, 'cpu', 100.0)
+
+
+def test_a_head_skipped_for_some_models_is_said(tmp_path):
+  spec = campaign.load_spec(write_spec(tmp_path / 'a.py', seeds=[0], heads=['cls', 'mean_p'],
+                                       models=['transformer', 'luna16', 'performer']))
+  assert plan_lib.skipped_heads(spec) == [
+      'head mean_p is skipped for transformer, performer (they pool cls, mean only; mean_p '
+      'needs a Luna model).']
+  assert plan_lib.skipped_heads(campaign.load_spec(write_spec(tmp_path / 'b.py'))) == []

@@ -145,6 +145,8 @@ def start(args, campaign_dir: pathlib.Path) -> int:
   print(f'Campaign {spec.name or args.spec}: {len(campaign.groups)} groups '
         f'({sum(map(len, campaign.groups.values()))} runs) with the {launcher.name} launcher'
         f'{f", {launcher.max_jobs} at a time" if args.launcher == "local" else ""}.', flush=True)
+  for line in plan_lib.skipped_heads(spec):
+    print(line, flush=True)
   return run_estimate(campaign, args) if args.estimate else run_campaign(campaign, args)
 
 

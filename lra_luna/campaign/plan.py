@@ -39,6 +39,19 @@ def plan(spec, campaign_dir) -> dict:
   return groups
 
 
+def skipped_heads(spec) -> list[str]:
+  """One line per spec head that some of its models cannot pool: which models it skips and why,
+  so that a campaign never plans fewer groups than its spec names without saying so."""
+  lines = []
+  for head in spec.heads:
+    skipped = [m for m in spec.models if head not in registry.get(m).heads]
+    if skipped:
+      lines.append(f'head {head} is skipped for {", ".join(skipped)} (they pool '
+                   f'{", ".join(registry.get(skipped[0]).heads)} only; {head} needs a Luna '
+                   'model).')
+  return lines
+
+
 def group_name(key) -> str:
   """'task/model/head': a group's job name, and its folder under the campaign's."""
   return '/'.join(key)
