@@ -45,6 +45,7 @@ WORDS = {
     'paper': False,     # the Luna authors' protocol instead of LRA's (lra_luna/protocols.py)
     'fp16': False,      # float16 compute with dynamic loss scaling (the authors' fairseq --fp16)
     'smoke': False,     # a smoke test: full shapes, SMOKE_STEPS steps, SMOKE_EVAL_BATCHES batches
+    'rotary': False,    # rotary positions (RoFormer) instead of the model's own (docs/positions.md)
 }
 # The smoke word (use_smoke_settings): steps trained, and batches per evaluation pass.
 SMOKE_STEPS = 20
@@ -368,6 +369,8 @@ def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
   config = module.get_config() if arg is None else module.get_config(arg)
   if parse_arg(arg).smoke:  # every task config's smoke test, before the overrides
     use_smoke_settings(config)
+  if parse_arg(arg).rotary:  # every task config's rotary positions, before the overrides
+    config.model.positions = 'rotary'
   config.preset = f'{path.name}:{arg or ""}'  # what run_record measures the run against
   config.lock()
   check_override_keys(config, override_keys(overrides))
