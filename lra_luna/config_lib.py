@@ -181,10 +181,12 @@ def use_smoke_settings(config: ml_collections.ConfigDict) -> ml_collections.Conf
 
 def model_label(config: ml_collections.ConfigDict) -> str:
   """What results, sweep folders, reports and profiles call config's model: its preset name, or
-  the class name of a plug-in attention (plugins.py)."""
+  the class name of a plug-in attention (plugins.py); `<name>+rotary` with rotary positions."""
   from lra_luna.models import plugins  # Imported here: report reads labels without JAX.
   attention = config.model.attention
-  return plugins.label(attention) if plugins.is_plugin(attention) else config.model_name
+  name = plugins.label(attention) if plugins.is_plugin(attention) else config.model_name
+  rotary = config.model.get('positions') == 'rotary'
+  return name + (registry.ROTARY_SUFFIX if rotary else '')
 
 
 def _check_choice(field: str, value, choices) -> None:

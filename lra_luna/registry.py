@@ -73,9 +73,22 @@ def get(name: str) -> Model:
   return MODELS[name]
 
 
+# A run of a model with rotary positions is named `<model>+rotary` (results, sweep folders, rows).
+ROTARY_SUFFIX = '+rotary'
+
+
+def base_name(name: str) -> str:
+  """The registry name of a run's model name: without ROTARY_SUFFIX."""
+  return name.removesuffix(ROTARY_SUFFIX)
+
+
 def label(name: str) -> str:
-  """A model's table label; a name that is no entry (a plug-in's class name) as it is."""
-  return MODELS[name].label if name in MODELS else name
+  """A model's table label ('Transformer + rotary' for 'transformer+rotary'); a name that is no
+  entry (a plug-in's class name) as it is."""
+  base = base_name(name)
+  if base not in MODELS:
+    return name
+  return MODELS[base].label + (' + rotary' if name != base else '')
 
 
 def heads_of(attention: str) -> tuple:
