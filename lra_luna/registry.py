@@ -82,6 +82,12 @@ def base_name(name: str) -> str:
   return name.removesuffix(ROTARY_SUFFIX)
 
 
+def run_model_names() -> list[str]:
+  """What a campaign spec's models may name: every model, and `<model>+rotary` for those that
+  take rotary positions (its runs add the config word `rotary`)."""
+  return [*MODELS, *(name + ROTARY_SUFFIX for name in rotary_models())]
+
+
 def label(name: str) -> str:
   """A model's table label ('Transformer + rotary' for 'transformer+rotary'); a name that is no
   entry (a plug-in's class name) as it is."""

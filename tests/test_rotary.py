@@ -181,3 +181,34 @@ def test_learned_positions_stay_the_default_and_build_no_rotation():
   model = classifier.build_model(tiny.model_config('transformer'), 0)
   attention = model.encoder.blocks[0].attention
   assert not attention.rotary and model.encoder.embedding.positions is not None
+
+
+# ----------------------------------------------------------------------------------------------
+# The campaign spec and the report's positions table.
+
+
+def test_positions_campaign_pairs_each_model_with_its_rotary_run():
+  from lra_luna.campaign import spec as spec_lib  # pylint: disable=import-outside-toplevel
+  spec = spec_lib.load_spec(tiny.REPO / 'campaigns' / 'positions.py')
+  assert 'transformer' in spec.models and 'transformer+rotary' in spec.models
+  assert 'luna16' in spec.models and 'luna16+rotary' not in spec.models
+  assert spec_lib.config_spec('listops', 'bigbird+rotary', 'lra', 'quick').endswith(
+      'listops.py:bigbird,rotary,quick')
+  config = config_lib.load_config(spec_lib.config_spec('listops', 'bigbird+rotary', 'lra'))
+  assert config_lib.model_label(config) == 'bigbird+rotary'
+  assert registry.label('bigbird+rotary') == 'BigBird + rotary'
+
+
+def test_positions_table_sets_rotary_beside_its_model_with_the_difference():
+  from lra_luna.report import tables  # pylint: disable=import-outside-toplevel
+  from lra_luna.report.runs import Cell  # pylint: disable=import-outside-toplevel
+  summary = {('transformer', 'cls'): {'listops': Cell(40.0, 1.0, 5), 'text': Cell(60.0, 1.0, 5)},
+             ('transformer+rotary', 'cls'): {'listops': Cell(45.0, 2.0, 5)},
+             ('luna16', 'cls'): {'listops': Cell(50.0, 1.0, 5)}}
+  table = tables.positions_table(summary, 'last')
+  assert [row.label for row in table.rows] == ['transformer', 'transformer+rotary',
+                                               'Δ rotary - own']
+  assert table.rows[2].values['listops'].mean == 5.0 and 'text' not in table.rows[2].values
+  assert table.rows[0].values['avg'].mean == 40.0  # over the tasks both ran
+  del summary[('transformer+rotary', 'cls')]
+  assert tables.positions_table(summary, 'last') is None
