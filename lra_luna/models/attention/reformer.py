@@ -73,7 +73,8 @@ class ReformerAttention(nnx.Module):
   an O(h n log n) sort. `attention_dropout` drops the chunk attention probabilities (LRA's
   Reformer had no attention dropout). `max_length` is unused.
   Config options (CONFIG_OPTIONS): num_hashes, num_buckets, chunk_length, normalize_keys,
-  mask_self.
+  mask_self. `rotary` (config.model.positions): the shared q = k rotated at its positions
+  (RoFormer eq. 34) before hashing, so the buckets group the vectors that are scored.
   """
 
   CONFIG_OPTIONS = ('num_hashes', 'num_buckets', 'chunk_length', 'normalize_keys', 'mask_self')

@@ -87,7 +87,7 @@ class SoftmaxAttention(nnx.Module):
   'fused' calls `jax.nn.dot_product_attention` with the kernel `fused_implementation` picks for
   the platform traced for: cuDNN's flash attention on an NVIDIA GPU with 16-bit compute, XLA's
   attention elsewhere (same values). 'fused' has no attention dropout (the fused kernels do not
-  support it).
+  support it). `rotary`: q and k rotated at their positions first (RoFormer eq. 34), either way.
   """
 
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
