@@ -1,6 +1,8 @@
 """Rotary positions (RoFormer, models/attention/rotary.py): the formulas, their place in every
 attention that takes them, and the config setting that selects or refuses them."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -212,3 +214,20 @@ def test_positions_table_sets_rotary_beside_its_model_with_the_difference():
   assert table.rows[0].values['avg'].mean == 40.0  # over the tasks both ran
   del summary[('transformer+rotary', 'cls')]
   assert tables.positions_table(summary, 'last') is None
+
+
+def test_report_writes_the_positions_table_and_the_probe_figure(tmp_path):
+  from lra_luna import report  # pylint: disable=import-outside-toplevel
+  from test_report import write_result  # pylint: disable=import-outside-toplevel
+  for seed, (own, rotated) in enumerate([(0.30, 0.40), (0.32, 0.44)]):
+    write_result(tmp_path / 'sweep', 'listops', 'transformer', 'cls', seed, own)
+    workdir = write_result(tmp_path / 'sweep', 'listops', 'transformer+rotary', 'cls', seed,
+                           rotated)
+    probe = {'task': 'listops', 'model': 'transformer+rotary', 'seed': seed, 'windows': [4, 60],
+             'accuracy': {p: [0.2, rotated] for p in ('start', 'end', 'random')},
+             'full_accuracy': rotated, 'majority_rate': 0.1}
+    (workdir / 'probe.json').write_text(json.dumps(probe))
+  names = {p.name for p in report.make_report(tmp_path / 'sweep', out_dir=tmp_path / 'out')}
+  assert {'positions.md', 'positions.csv', 'probe_listops.png'} <= names
+  markdown = (tmp_path / 'out' / 'positions.md').read_text()
+  assert '| Δ rotary - own | cls | ours | 11.00 |' in markdown
