@@ -213,6 +213,8 @@ def write_figure(summary: dict, results: list[dict], profile: dict | list | None
 PROBE_FILE = 'probe.json'
 PROBE_FIGURE = 'probe.png'
 PLACEMENTS = ('start', 'end', 'random')
+PLACEMENT_TITLES = {'start': 'the first w tokens', 'end': 'the last w tokens',
+                    'random': 'w tokens at a random place'}
 
 
 def draw_probe_panel(ax, lines: dict, majority: float | None, title: str,
@@ -232,6 +234,9 @@ def draw_probe_panel(ax, lines: dict, majority: float | None, title: str,
   if majority is not None:
     ax.axhline(100 * majority, color='grey', linestyle='--', linewidth=1, label='majority class')
   ax.set_xscale('log', base=2)
+  ticks = sorted({w for windows, _, _ in lines.values() for w in windows})
+  ax.set_xticks(ticks, [str(w) for w in ticks])
+  ax.minorticks_off()
   ax.set_xlabel('window w (real tokens the model sees)')
   ax.set_ylabel('test accuracy (%)')
   ax.set_title(title, fontsize=9)
@@ -286,7 +291,7 @@ def write_probe_figures(probes: list[dict], out_dir) -> list:
                                                      value['accuracy'][placement], value['full'])
                for model, value in models.items()}
       draw_probe_panel(ax, lines, next(iter(models.values()))['majority'],
-                       f'{TASK_NAMES.get(task, task)}: window at the {placement}')
+                       f'{TASK_NAMES.get(task, task)}: {PLACEMENT_TITLES[placement]}')
     figure.suptitle('Context probe: test accuracy when the model sees w real tokens (dotted: '
                     'full input)', fontsize=10)
     figure.tight_layout()
