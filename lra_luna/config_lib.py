@@ -45,6 +45,7 @@ WORDS = {
     'paper': False,     # the Luna authors' protocol instead of LRA's (lra_luna/protocols.py)
     'fp16': False,      # float16 compute with dynamic loss scaling (the authors' fairseq --fp16)
     'smoke': False,     # a smoke test: full shapes, SMOKE_STEPS steps, SMOKE_EVAL_BATCHES batches
+    'rotary': False,    # rotary positions (RoFormer) instead of the model's own (docs/positions.md)
 }
 # What each word does, for run_lra.py --help (every WORDS key has a line; tested).
 WORD_HELP = {
@@ -207,10 +208,12 @@ def use_smoke_settings(config: ml_collections.ConfigDict) -> ml_collections.Conf
 
 def model_label(config: ml_collections.ConfigDict) -> str:
   """What results, sweep folders, reports and profiles call config's model: its preset name, or
-  the class name of a plug-in attention (plugins.py)."""
+  the class name of a plug-in attention (plugins.py); `<name>+rotary` with rotary positions."""
   from lra_luna.models import plugins  # Imported here: report reads labels without JAX.
   attention = config.model.attention
-  return plugins.label(attention) if plugins.is_plugin(attention) else config.model_name
+  name = plugins.label(attention) if plugins.is_plugin(attention) else config.model_name
+  rotary = config.model.get('positions') == 'rotary'
+  return name + (registry.ROTARY_SUFFIX if rotary else '')
 
 
 def _check_choice(field: str, value, choices) -> None:
@@ -400,6 +403,8 @@ def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
   config = module.get_config() if arg is None else module.get_config(arg)
   if parse_arg(arg).smoke:  # every task config's smoke test, before the overrides
     use_smoke_settings(config)
+  if parse_arg(arg).rotary:  # every task config's rotary positions, before the overrides
+    config.model.positions = 'rotary'
   config.preset = f'{path.name}:{arg or ""}'  # what run_record measures the run against
   config.lock()
   check_override_keys(config, override_keys(overrides))

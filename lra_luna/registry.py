@@ -45,6 +45,10 @@ class Model:
   # what the model is, e.g. S4D's own learning rate for its SSM parameters and no positions.
   settings: dict = dataclasses.field(default_factory=dict)
   paper_protocol: str = 'luna'      # whose protocol the config word `paper` applies (protocols.py)
+  # Whether config.model.positions 'rotary' (RoFormer) is defined for its attention: queries and
+  # keys with positions (docs/positions.md). Luna's P, Linformer's projected keys, Synthesizer's
+  # synthetic scores and S4D have none.
+  rotary: bool = False
 
   def options_for(self, task: str) -> dict:
     """The attention options a config of `task` starts from."""
@@ -69,9 +73,28 @@ def get(name: str) -> Model:
   return MODELS[name]
 
 
+# A run of a model with rotary positions is named `<model>+rotary` (results, sweep folders, rows).
+ROTARY_SUFFIX = '+rotary'
+
+
+def base_name(name: str) -> str:
+  """The registry name of a run's model name: without ROTARY_SUFFIX."""
+  return name.removesuffix(ROTARY_SUFFIX)
+
+
+def run_model_names() -> list[str]:
+  """What a campaign spec's models may name: every model, and `<model>+rotary` for those that
+  take rotary positions (its runs add the config word `rotary`)."""
+  return [*MODELS, *(name + ROTARY_SUFFIX for name in rotary_models())]
+
+
 def label(name: str) -> str:
-  """A model's table label; a name that is no entry (a plug-in's class name) as it is."""
-  return MODELS[name].label if name in MODELS else name
+  """A model's table label ('Transformer + rotary' for 'transformer+rotary'); a name that is no
+  entry (a plug-in's class name) as it is."""
+  base = base_name(name)
+  if base not in MODELS:
+    return name
+  return MODELS[base].label + (' + rotary' if name != base else '')
 
 
 def heads_of(attention: str) -> tuple:
@@ -80,6 +103,16 @@ def heads_of(attention: str) -> tuple:
     if model.attention == attention:
       return model.heads
   return NON_LUNA_HEADS
+
+
+def rotary_models() -> list[str]:
+  """The models that take config.model.positions 'rotary' (their `rotary` field)."""
+  return [m.name for m in MODELS.values() if m.rotary]
+
+
+def takes_rotary(attention: str) -> bool:
+  """Whether the models with this attention key take rotary positions (plug-ins: no)."""
+  return any(m.rotary for m in MODELS.values() if m.attention == attention)
 
 
 def baseline_classes() -> dict[str, str]:
@@ -163,27 +196,28 @@ def _luna(length, table1, table2):
 _MODULES = 'lra_luna.models.'
 # Rows in the order of the Luna paper's Table 1 (report rows follow this order); Table 2 values
 # as printed there (Text, relative to the Transformer), Table 1 values as printed (averages too).
-register(Model('transformer', 'Transformer', 'softmax', table1=(
+register(Model('transformer', 'Transformer', 'softmax', rotary=True, table1=(
     _table1('transformer', 'Transformer', LRA_PAPER, (36.37, 64.27, 57.46, 42.44, 71.40), 54.39,
             53.62),
     # Luna trained Retrieval 20k steps instead of LRA's 5k, hence 79 vs 57.
     _table1('transformer', 'Transformer (re-impl)', LUNA_PAPER,
             (37.11, 65.21, 79.14, 42.94, 71.83), 59.24, 54.27))))
 # jax.nn.dot_product_attention: the same model; fused kernels where the backend has one.
-register(Model('transformer_fused', 'Transformer (fused)', 'softmax', implementation='fused'))
+register(Model('transformer_fused', 'Transformer (fused)', 'softmax', implementation='fused',
+               rotary=True))
 _baseline('local', 'Local Attention', _MODULES + 'attention.baselines:LocalAttention', {'block_size': 50},
           ((15.82, 52.98, 53.39, 41.46, 66.63), 46.06, 44.22),
           (('1.1', '1.7', '3.2', '5.3'), ('0.49', '0.29', '0.19', '0.14')),
-          {'block_size': 16})
+          {'block_size': 16}, rotary=True)
 # Sparse Transformer's fixed pattern (l = 50, c = 10) and Longformer's window (512): LRA's values.
 _baseline('sparse_transformer', 'Sparse Trans.',
           _MODULES + 'attention.sparse_patterns:SparseTransformerAttention',
           {'block_length': 50, 'summary_columns': 10},
           ((17.07, 63.58, 59.59, 44.24, 71.71), 51.24, 49.15), None,
-          {'block_length': 8, 'summary_columns': 2})
+          {'block_length': 8, 'summary_columns': 2}, rotary=True)
 _baseline('longformer', 'Longformer', _MODULES + 'attention.sparse_patterns:LongformerAttention',
           {'window': 512}, ((35.63, 62.85, 56.89, 42.22, 69.71), 53.46, 52.60), None,
-          {'window': 9})
+          {'window': 9}, rotary=True)
 _baseline('linformer', 'Linformer', _MODULES + 'attention.baselines:LinformerAttention',
           {'projected_length': 256}, ((35.70, 53.94, 52.27, 38.56, 76.34), 51.36, 51.14),
           (('1.2', '1.9', '3.7', '5.5'), ('0.44', '0.21', '0.18', '0.10')),
@@ -193,14 +227,14 @@ _baseline('reformer', 'Reformer', _MODULES + 'attention.reformer:ReformerAttenti
           {'num_hashes': 1, 'num_buckets': 10},
           ((37.27, 56.10, 53.40, 38.07, 68.50), 50.67, 49.99),
           (('0.5', '0.4', '0.7', '0.8'), ('0.56', '0.37', '0.28', '0.24')),
-          {'num_hashes': 2, 'num_buckets': 4})
+          {'num_hashes': 2, 'num_buckets': 4}, rotary=True)
 # Sinkhorn: blocks of 50, of 64 on the pixel tasks (LRA's cifar10 and pathfinder32 configs).
 _baseline('sinkhorn', 'Sinkhorn Trans.', _MODULES + 'attention.block_sparse:SinkhornAttention',
           {'block_size': 50},
           ((33.67, 61.20, 53.83, 41.23, 67.45), 51.39, 50.89,
            'Avg. as printed (LRA README: 51.29); its five scores average 51.48.'),
           (('1.1', '1.6', '2.9', '3.8'), ('0.55', '0.31', '0.21', '0.16')),
-          {'block_size': 8},
+          {'block_size': 8}, rotary=True,
           task_options={task: {'block_size': 64} for task in ('image', 'pathfinder', 'pathx')})
 # Synthesizer: LRA ran 'random' + dot product on every task.
 _baseline('synthesizer', 'Synthesizer', _MODULES + 'attention.synthesizer:SynthesizerAttention',
@@ -212,16 +246,16 @@ _baseline('bigbird', 'BigBird', _MODULES + 'attention.block_sparse:BigBirdAttent
           {'block_size': 64, 'num_random_blocks': 3},
           ((36.05, 64.02, 59.29, 40.83, 74.87), 55.01, 53.94),
           (('0.9', '0.8', '1.2', '1.1'), ('0.91', '0.56', '0.40', '0.30')),
-          {'block_size': 4, 'num_random_blocks': 2})
+          {'block_size': 4, 'num_random_blocks': 2}, rotary=True)
 _baseline('linear_transformer', 'Linear Trans.',
           _MODULES + 'attention.baselines:LinearTransformerAttention', {},
           ((16.13, 65.90, 53.09, 42.34, 75.30), 50.55, 49.92),
-          (('1.1', '1.9', '3.7', '5.6'), ('0.44', '0.22', '0.15', '0.11')))
+          (('1.1', '1.9', '3.7', '5.6'), ('0.44', '0.22', '0.15', '0.11')), rotary=True)
 _baseline('performer', 'Performer', _MODULES + 'attention.baselines:PerformerAttention',
           {'num_features': 256, 'redraw_features': False},
           ((18.01, 65.40, 53.82, 42.77, 77.05), 51.41, 50.81),
           (('1.2', '1.9', '3.8', '5.7'), ('0.44', '0.22', '0.15', '0.11')),
-          {'num_features': 32})
+          {'num_features': 32}, rotary=True)
 _luna(16, ((37.43, 65.74, 79.38, 46.39, 78.36), 61.46, 56.98),
       (('1.2', '1.8', '3.7', '5.5'), ('0.44', '0.23', '0.17', '0.10')))
 _luna(128, ((38.01, 65.74, 79.55, 47.47, 78.89), 61.93, 57.53),
@@ -280,7 +314,7 @@ register(Model(
     'mega', 'Mega', 'mega', block_class=_MODULES + 'blocks.mega:MegaBlock',
     options={'z_dim': 64, 'ema_dim': 16, 'truncation': 1024, 'position_bias': 'simple'},
     task_options=_MEGA_TASK_OPTIONS, settings=_MEGA_SETTINGS, paper_protocol='mega',
-    test_options={'z_dim': 8, 'ema_dim': 2},
+    test_options={'z_dim': 8, 'ema_dim': 2}, rotary=True,
     table1=(_mega_row('mega', 'Mega', (63.14, 90.43, 91.25, 90.44, 96.01), 97.98, 88.21),)))
 register(Model(
     'mega_chunk', 'Mega-chunk', 'mega_chunk', block_class=_MODULES + 'blocks.mega:MegaBlock',
@@ -288,7 +322,7 @@ register(Model(
              'chunk_size': 128},
     task_options={**_MEGA_TASK_OPTIONS,
                   'pathx': {**_MEGA_TASK_OPTIONS['pathx'], 'chunk_size': 4096}},
-    settings=_MEGA_SETTINGS, paper_protocol='mega',
+    settings=_MEGA_SETTINGS, paper_protocol='mega', rotary=True,
     test_options={'z_dim': 8, 'ema_dim': 2, 'chunk_size': 8},
     table1=(_mega_row('mega_chunk', 'Mega-chunk', (58.76, 90.19, 90.97, 85.80, 94.41), 93.81,
                       85.66),)))

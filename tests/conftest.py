@@ -62,6 +62,8 @@ SLOW = {
                    'test_import_lra_release_from_a_nested_tree',
                    'test_tensorflow_is_imported_only_when_a_tfds_task_loads'},
     'test_sweep': {'test_vmapped_seeds_match_seeds_run_alone'},
+    'test_probe': {'test_probe_writes_its_files_and_the_full_window_is_the_full_input',
+                   'test_a_sweep_folder_gets_one_figure_per_task', 'test_bad_input_is_one_line'},
     'test_predict': {'test_grayscale_equals_tensorflow_for_every_colour',
                      'test_evaluation_equals_the_training_run_for_each_checkpoint',
                      'test_evaluate_cli_prints_the_sections',

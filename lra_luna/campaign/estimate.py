@@ -9,6 +9,7 @@ XLA's FLOPs of each step into time instead (profile --flops_only).
 import json
 
 from lra_luna import config_lib
+from lra_luna import registry
 from lra_luna.campaign import memory
 from lra_luna.campaign import plan as plan_lib
 from lra_luna.campaign import spec as spec_lib
@@ -50,13 +51,18 @@ def print_memory_plan(rows: list, device_bytes: int, platform: str) -> None:
             'shorter sequences)' if over else '; every program fits the device.'))
 
 
+def profiled_models(spec) -> list[str]:
+  """The registry models of a spec's models (a `+rotary` run costs what its model costs)."""
+  return list(dict.fromkeys(registry.base_name(m) for m in spec.models))
+
+
 def estimate_argv(spec, campaign_dir, task: str, config, assume_tflops) -> list:
   """profile.py's flags for one task: its config (variant, protocol) at its length and batch."""
   words = spec_lib.config_spec(task, 'x', spec.protocol, spec.variant).partition(':')[2]
   words = words.split(',')[1:]
   return ['--config', f'{config_lib.CONFIG_DIR / task}.py' + (f':{",".join(words)}' if words
                                                               else ''),
-          '--models', ','.join(spec.models), '--lengths', str(config.max_length),
+          '--models', ','.join(profiled_models(spec)), '--lengths', str(config.max_length),
           '--batch_size', str(config.batch_size), '--repeats', str(spec.profile.repeats),
           '--warmup', str(spec.profile.warmup),
           '--out_dir', str(run_folder.estimate_dir(campaign_dir, task)),
@@ -70,7 +76,8 @@ def estimate_hours(groups: dict, campaign_dir, assume_tflops) -> list:
   for (task, model, head), runs in groups.items():
     path = run_folder.estimate_profile(campaign_dir, task)
     profile = json.loads(path.read_text()) if path.exists() else {'points': []}
-    point = next((p for p in profile['points'] if p['model'] == model), None)
+    point = next((p for p in profile['points'] if p['model'] == registry.base_name(model)),
+                 None)
     seed_steps = len(runs) * runs[0].config.num_train_steps  # vmapped seeds: each its own step
     if point is None or point['status'] != 'ok':
       rows.append((task, model, head, seed_steps, None,
@@ -102,7 +109,8 @@ def print_hours(rows: list, assume_tflops) -> None:
 def estimate_finished(spec, campaign_dir, task: str) -> bool:
   """Whether a task's estimate profile holds a point of every model."""
   path = run_folder.estimate_profile(campaign_dir, task)
-  return path.exists() and len(json.loads(path.read_text())['points']) == len(spec.models)
+  return path.exists() and (len(json.loads(path.read_text())['points'])
+                            == len(profiled_models(spec)))
 
 
 def timing_plan(spec, platform: str, assume_tflops) -> str:

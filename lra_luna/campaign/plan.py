@@ -21,7 +21,7 @@ def plan(spec, campaign_dir) -> dict:
   groups = {}
   for task in spec.tasks:
     for model in spec.models:
-      heads = [h for h in spec.heads if h in registry.get(model).heads]
+      heads = [h for h in spec.heads if h in registry.get(registry.base_name(model)).heads]
       if spec.heads and not heads:
         continue  # (no heads at all: each config's own head)
       try:

@@ -13,6 +13,7 @@ import ml_collections
 
 from lra_luna import config_lib
 from lra_luna import protocols
+from lra_luna import registry
 from lra_luna.models import model_config
 from lra_luna.training import run_folder
 import lra_luna
@@ -83,7 +84,7 @@ def load_spec(path) -> ml_collections.ConfigDict:
     raise CampaignError(f'campaign spec {path} not found; {ready_specs()}.')
   spec = run_spec_file(path)
   for field, values, choices in (('tasks', spec.tasks, config_lib.TASKS),
-                                 ('models', spec.models, config_lib.MODELS),
+                                 ('models', spec.models, registry.run_model_names()),
                                  ('heads', spec.heads, model_config.HEADS),
                                  ('protocol', [spec.protocol], protocols.PROTOCOLS),
                                  ('variant', [spec.variant], VARIANTS),
@@ -98,8 +99,10 @@ def load_spec(path) -> ml_collections.ConfigDict:
 
 
 def config_spec(task: str, model: str, protocol: str, variant: str = '') -> str:
-  """run_lra's --config of one task and model: the variant and the protocol as config words."""
-  words = [model] + ([variant] if variant else []) + (['paper'] if protocol == 'paper' else [])
+  """run_lra's --config of one task and model (`<model>+rotary`: with the word rotary): the
+  variant and the protocol as config words."""
+  words = ([registry.base_name(model)] + (['rotary'] if model != registry.base_name(model) else [])
+           + ([variant] if variant else []) + (['paper'] if protocol == 'paper' else []))
   return f'{config_lib.CONFIG_DIR / task}.py:{",".join(words)}'
 
 

@@ -1,7 +1,9 @@
 """LRA classifiers: the shared encoder (`encoder/`) and the classification head
 (`heads/classification.py`) for one input sequence (ListOps, Text, Image, Pathfinder) or a pair
 (Retrieval). Call signature of every model: `model(batch, *, deterministic, rngs) -> logits
-[B, classes]`, with `batch['inputs']` int [B, n] (Retrieval: `inputs1`, `inputs2`).
+[B, classes]`, with `batch['inputs']` int [B, n] (Retrieval: `inputs1`, `inputs2`). An optional
+`batch['visible']` bool [B, n] (Retrieval: `visible1`, `visible2`) masks the tokens where it is
+False as padding (the context probe, lra_luna/probe.py); without it nothing changes.
 """
 
 import jax
@@ -28,15 +30,19 @@ class SequenceClassifier(nnx.Module):
                                      init=cfg.init, dtype=compute_dtype(cfg), rngs=rngs,
                                      last_bias=cfg.classifier_bias)
 
-  def encode(self, ids, *, deterministic=True, rngs=None):
-    """ids [B, n] -> pooled representation [B, D]."""
+  def encode(self, ids, *, deterministic=True, rngs=None, visible=None):
+    """ids [B, n] -> pooled representation [B, D]; tokens where `visible` [B, n] is False are
+    masked as padding ([CLS] stays)."""
     ids, mask = with_cls(ids, self.encoder.embedding.cls_id, self.mask_padding)
+    if visible is not None:
+      mask = mask & jnp.pad(jnp.asarray(visible, bool), ((0, 0), (1, 0)), constant_values=True)
     x, packed = self.encoder(ids, mask, deterministic=deterministic, rngs=rngs,
                              output_rows=self.output_rows)
     return pool(self.head, x, mask, packed, mean_includes_cls=self.mean_includes_cls)
 
   def __call__(self, batch, *, deterministic=True, rngs=None):
-    return self.classifier(self.encode(batch['inputs'], deterministic=deterministic, rngs=rngs))
+    return self.classifier(self.encode(batch['inputs'], deterministic=deterministic, rngs=rngs,
+                                       visible=batch.get('visible')))
 
 
 class DualEncoderClassifier(SequenceClassifier):
@@ -58,8 +64,10 @@ class DualEncoderClassifier(SequenceClassifier):
                                      last_bias=cfg.classifier_bias)
 
   def __call__(self, batch, *, deterministic=True, rngs=None):
-    a = self.encode(batch['inputs1'], deterministic=deterministic, rngs=rngs)
-    b = self.encode(batch['inputs2'], deterministic=deterministic, rngs=rngs)
+    a = self.encode(batch['inputs1'], deterministic=deterministic, rngs=rngs,
+                    visible=batch.get('visible1'))
+    b = self.encode(batch['inputs2'], deterministic=deterministic, rngs=rngs,
+                    visible=batch.get('visible2'))
     features = self.PAIR_FEATURES[self.pair_features](a, b)
     return self.classifier(jnp.concatenate(features, axis=-1))
 

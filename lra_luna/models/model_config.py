@@ -10,9 +10,12 @@ field is one line below. No JAX here: the config layer and `report` import this 
 import dataclasses
 
 # The heads, and which a model's attention can pool, belong to the model registry.
-from lra_luna.registry import HEADS, heads_of  # pylint: disable=unused-import
+from lra_luna.registry import (HEADS, heads_of, rotary_models,  # pylint: disable=unused-import
+                               takes_rotary)
 
-POSITIONS = ('learned', 'sinusoidal', 'none')  # 'none': the blocks know positions (S4D)
+# 'none': the blocks know positions (S4D); 'rotary': RoFormer's rotation of queries and keys
+# inside the attention (models/attention/rotary.py), only where registry.rotary_models() says.
+POSITIONS = ('learned', 'sinusoidal', 'none', 'rotary')
 INITS = ('reference', 'bert')
 P_INITS = ('learned', 'sinusoidal')
 DTYPES = ('float32', 'bfloat16', 'float16')
@@ -36,7 +39,7 @@ class ModelConfig:
   classifier_dim: int = 0           # classifier hidden width (set by each task config)
   dropout: float = 0.1              # residual, embedding and P dropout
   attention_dropout: float = 0.1    # dropout on attention probabilities
-  positions: str = 'learned'        # position embeddings: 'learned' | 'sinusoidal' | 'none'
+  positions: str = 'learned'        # 'learned' | 'sinusoidal' | 'none' | 'rotary' (POSITIONS)
   embedding_layernorm: bool = True  # LayerNorm after the embedding (Luna reference; LRA: none)
   init: str = 'reference'           # 'reference' (xavier, luna.md §1) | 'bert' (N(0, 0.02))
   head: str = 'cls'                 # sentence representation: 'cls' | 'mean' | 'mean_p'
@@ -88,6 +91,10 @@ class ModelConfig:
       if getattr(self, field) not in choices:
         raise ValueError(f'config.model.{field} = {getattr(self, field)!r} is not valid; valid '
                          f'choices: {list(choices)}.')
+    if self.positions == 'rotary' and not takes_rotary(self.attention):
+      raise ValueError(f"config.model.positions = 'rotary' needs queries and keys with positions, "
+                       f'which attention {self.attention!r} has not; the models that take it: '
+                       f'{", ".join(rotary_models())}.')
     if self.head not in heads_of(self.attention):
       raise ValueError(f'config.model.head = {self.head!r} needs a Luna model (attention '
                        f"'luna'), not attention {self.attention!r}; use one of "

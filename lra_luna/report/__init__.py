@@ -10,6 +10,10 @@ path) and writes to out_dir (default SWEEP_DIR/report), each table through lra_l
 - table3.{md,tex,csv}: Luna's [CLS] (`cls`) vs mean-pooled final P (`mean_p`) on ListOps, Text,
   Retrieval, with their average; only the heads that ran.
 - figure1.{png,pdf}: accuracy (y) vs training steps/s (x), circle area proportional to memory.
+- positions.{md,tex,csv}, when runs with rotary positions (`<model>+rotary`) sit beside their
+  model's: own vs rotary positions per task and their difference (docs/positions.md).
+- probe_<task>.png, when the runs were probed (python -m lra_luna.probe, their probe.json):
+  accuracy against the window of tokens the models see, a line per model.
 Accuracies are percent of the chosen checkpoint's test set; every table says which checkpoint.
 A missing cell is '—' (empty in CSV), never 0; an average needs every one of its tasks.
 

@@ -2,6 +2,7 @@
 speed and memory of a profile (lra_luna/profile) or, without one, the runs' logged speed.
 See lra_luna/report/__init__.py for what is read and plotted."""
 
+import pathlib
 import statistics
 import sys
 import textwrap
@@ -206,4 +207,99 @@ def write_figure(summary: dict, results: list[dict], profile: dict | list | None
   for path in paths:
     fig.savefig(path, dpi=150)
   plt.close(fig)
+  return paths
+
+
+# ----------------------------------------------------------------------------------------------
+# The context probe's figures (lra_luna/probe.py): test accuracy against the window w of real
+# tokens a model sees, one line per window placement (a run) or per model (a sweep's task).
+# ----------------------------------------------------------------------------------------------
+PROBE_FILE = 'probe.json'
+PROBE_FIGURE = 'probe.png'
+PLACEMENTS = ('start', 'end', 'random')
+PLACEMENT_TITLES = {'start': 'the first w tokens', 'end': 'the last w tokens',
+                    'random': 'w tokens at a random place'}
+
+
+def draw_probe_panel(ax, lines: dict, majority: float | None, title: str,
+                     full: float | None = None) -> None:
+  """Accuracy (%) against w (log axis) for each line {label: (windows, accuracies, full-input
+  accuracy or None)}, the full-input accuracy dotted in the line's colour; `full` (one run's)
+  dotted black; the majority class dashed grey. Accuracies are fractions."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  colours = [c['color'] for c in matplotlib.rcParams['axes.prop_cycle']]
+  for (label, (windows, values, line_full)), colour in zip(lines.items(), colours):
+    ax.plot(windows, [100 * v for v in values], marker='o', markersize=3, color=colour,
+            label=label)
+    if line_full is not None:
+      ax.axhline(100 * line_full, color=colour, linestyle=':', linewidth=1)
+  if full is not None:
+    ax.axhline(100 * full, color='black', linestyle=':', linewidth=1, label='full input')
+  if majority is not None:
+    ax.axhline(100 * majority, color='grey', linestyle='--', linewidth=1, label='majority class')
+  ax.set_xscale('log', base=2)
+  ticks = sorted({w for windows, _, _ in lines.values() for w in windows})
+  ax.set_xticks(ticks, [str(w) for w in ticks])
+  ax.minorticks_off()
+  ax.set_xlabel('window w (real tokens the model sees)')
+  ax.set_ylabel('test accuracy (%)')
+  ax.set_title(title, fontsize=9)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7)
+
+
+def run_probe_figure(probe: dict, path) -> pathlib.Path:
+  """One run's probe.png: a line per placement, the full-input accuracy dotted."""
+  from matplotlib import figure as figure_lib  # pylint: disable=g-import-not-at-top
+  figure = figure_lib.Figure(figsize=(6, 4.2))
+  lines = {p: (probe['windows'], probe['accuracy'][p], None) for p in PLACEMENTS}
+  draw_probe_panel(figure.subplots(), lines, probe['majority_rate'],
+                   f"{TASK_NAMES.get(probe['task'], probe['task'])} / {probe['model']}, seed "
+                   f"{probe['seed']}, {probe['checkpoint']} checkpoint (step {probe['step']})",
+                   full=probe['full_accuracy'])
+  figure.tight_layout()
+  figure.savefig(path, dpi=120)
+  return pathlib.Path(path)
+
+
+def probe_means(probes: list[dict]) -> dict:
+  """{task: {model: {'windows', 'accuracy': {placement: [mean over seeds]}, 'full', 'majority',
+  'seeds'}}} of the probe.json of several runs; runs of one model and task average seed by
+  seed only over the windows they all probed."""
+  grouped = {}
+  for probe in probes:
+    grouped.setdefault(probe['task'], {}).setdefault(probe['model'], []).append(probe)
+  means = {}
+  for task, models in grouped.items():
+    for model, runs in sorted(models.items(), key=lambda item: row_order((item[0], ''))):
+      windows = sorted(set.intersection(*(set(r['windows']) for r in runs)))
+      at = lambda r, p, w: r['accuracy'][p][r['windows'].index(w)]
+      means.setdefault(task, {})[model] = {
+          'windows': windows, 'seeds': len(runs),
+          'accuracy': {p: [statistics.fmean(at(r, p, w) for r in runs) for w in windows]
+                       for p in PLACEMENTS},
+          'full': statistics.fmean(r['full_accuracy'] for r in runs),
+          'majority': runs[0]['majority_rate']}
+  return means
+
+
+def write_probe_figures(probes: list[dict], out_dir) -> list:
+  """probe_<task>.png per task: a panel per placement, a line per model (mean over seeds), each
+  model's full-input accuracy dotted in its colour."""
+  from matplotlib import figure as figure_lib  # pylint: disable=g-import-not-at-top
+  paths = []
+  for task, models in probe_means(probes).items():
+    figure = figure_lib.Figure(figsize=(5 * len(PLACEMENTS), 4.2))
+    for ax, placement in zip(figure.subplots(1, len(PLACEMENTS)), PLACEMENTS):
+      lines = {f"{model} ({value['seeds']} seeds)": (value['windows'],
+                                                     value['accuracy'][placement], value['full'])
+               for model, value in models.items()}
+      draw_probe_panel(ax, lines, next(iter(models.values()))['majority'],
+                       f'{TASK_NAMES.get(task, task)}: {PLACEMENT_TITLES[placement]}')
+    figure.suptitle('Context probe: test accuracy when the model sees w real tokens (dotted: '
+                    'full input)', fontsize=10)
+    figure.tight_layout()
+    path = pathlib.Path(out_dir) / f'probe_{task}.png'
+    figure.savefig(path, dpi=120)
+    paths.append(path)
   return paths

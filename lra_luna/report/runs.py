@@ -7,6 +7,7 @@ import pathlib
 import statistics
 
 from lra_luna import config_lib
+from lra_luna import registry
 from lra_luna import tasks
 from lra_luna.models.model_config import HEADS
 from lra_luna.training import run_folder
@@ -83,10 +84,12 @@ def average(cells: dict, task_names) -> Cell | None:
 
 
 def row_order(key):
-  """Models in config_lib.MODELS order, then heads in HEADS order."""
+  """Models in config_lib.MODELS order (a `+rotary` run after its model), then heads in HEADS
+  order."""
   model, head = key
   models = list(config_lib.MODELS)
-  return (models.index(model) if model in models else len(models), model,
+  base = registry.base_name(model)
+  return (models.index(base) if base in models else len(models), model,
           HEADS.index(head) if head in HEADS else len(HEADS), head)
 
 

@@ -102,6 +102,34 @@ def table3(summary: dict, checkpoint: str, training: dict | None = None) -> Accu
   return AccuracyTable('table3', title + training_title(rows), columns, rows)
 
 
+def positions_table(summary: dict, checkpoint: str,
+                    training: dict | None = None) -> AccuracyTable | None:
+  """The positions ablation: each model with its own positions, with rotary positions
+  (`<model>+rotary`) and the difference of their means (rotary - own), per task that ran and on
+  average over the tasks both ran; None when no run used rotary positions."""
+  pairs = sorted({(registry.base_name(m), h) for m, h in summary
+                  if m != registry.base_name(m) and (registry.base_name(m), h) in summary},
+                 key=row_order)
+  if not pairs:
+    return None
+  ran = [t for t in TASK_NAMES if any(t in summary[key] for key in summary)]
+  columns = [(t, TASK_NAMES[t]) for t in ran] + [(AVG, 'Avg.')]
+  rows = []
+  for group, (model, head) in enumerate(pairs):
+    own, rotary = summary[(model, head)], summary[(model + registry.ROTARY_SUFFIX, head)]
+    both = [t for t in ran if t in own and t in rotary]
+    for name, cells in ((model, own), (model + registry.ROTARY_SUFFIX, rotary)):
+      rows.append(Row(name, head, 'ours', {**cells, AVG: average(cells, both)}, group,
+                      (training or {}).get((name, head), [])))
+    difference = {t: Cell(rotary[t].mean - own[t].mean) for t in both}
+    rows.append(Row('Δ rotary - own', head, 'ours', {**difference, AVG: average(difference, both)},
+                    group))
+  title = (f'Positions: own positions (learned for the attention models) vs rotary (RoFormer), '
+           f'test accuracy (%), {CHECKPOINTS[checkpoint]}; mean ± sample std over seeds (n '
+           'seeds); Δ: the difference of the means.')
+  return AccuracyTable('positions', title + training_title(rows[:-1]), columns, rows)
+
+
 def format_cell(cell: Cell | None) -> str:
   """'38.00 ± 2.00 (3)': mean ± sample std (n seeds); MISSING where there is no number."""
   if cell is None:

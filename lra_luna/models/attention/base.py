@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from lra_luna.models.attention.rotary import rotate_queries_and_keys
 from lra_luna.models.nn.dropout import Dropout
 from lra_luna.models.nn.linear import Linear, dense
 
@@ -113,7 +114,11 @@ def is_count(value, minimum: int = 1) -> bool:
 
 class QKVOutAttention(nnx.Module):
   """The base class of the baseline attentions: q/k/v/out projections (`projection`), the head split
-  (`_heads`) and the option protocol (`CONFIG_OPTIONS`, `check_options`). Plug-ins may build on it."""
+  (`_heads`) and the option protocol (`CONFIG_OPTIONS`, `check_options`). Plug-ins may build on it.
+
+  With `rotary` (config.model.positions = 'rotary'), `_heads` returns q and k rotated at their
+  positions (`rotary.rotate_queries_and_keys`, RoFormer eq. 34); `_projected_heads` never rotates
+  (linear attentions rotate their feature maps instead, RoFormer eq. 19)."""
 
   CONFIG_OPTIONS: tuple[str, ...] = ()
 
@@ -122,9 +127,11 @@ class QKVOutAttention(nnx.Module):
     """ValueError in one line for an option value outside its valid range (none here)."""
     del max_length, options
 
-  def __init__(self, dim: int, num_heads: int, *, init: str, dtype, rngs: nnx.Rngs):
+  def __init__(self, dim: int, num_heads: int, *, init: str, dtype, rngs: nnx.Rngs,
+               rotary: bool = False):
     if dim % num_heads:
       raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}.')
+    self.rotary = rotary
     self.num_heads = num_heads
     self.head_dim = dim // num_heads
     self.query = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
@@ -132,10 +139,17 @@ class QKVOutAttention(nnx.Module):
     self.value = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
     self.out = projection(dim, init=init, role='out', dtype=dtype, rngs=rngs)
 
-  def _heads(self, x):
-    """x [B, n, D] -> q, k, v [B, H, n, D/H], unscaled."""
+  def _projected_heads(self, x):
+    """x [B, n, D] -> q, k, v [B, H, n, D/H], unscaled, never rotated."""
     return tuple(split_heads(layer(x), self.num_heads)
                  for layer in (self.query, self.key, self.value))
+
+  def _heads(self, x):
+    """x [B, n, D] -> q, k, v [B, H, n, D/H], unscaled; q and k rotated with `rotary`."""
+    q, k, v = self._projected_heads(x)
+    if self.rotary:
+      q, k = rotate_queries_and_keys(q, k)
+    return q, k, v
 
 
 

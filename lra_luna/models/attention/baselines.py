@@ -17,6 +17,7 @@ from flax import nnx
 from lra_luna.models.attention.base import (QKVOutAttention, RandomFeatures, check_option, einsum32,
                                             is_count, merge_heads, projection_init,
                                             scaled_dot_product)
+from lra_luna.models.attention.rotary import rotary_linear_attention
 from lra_luna.models.nn.dropout import Dropout
 
 # ----------------------------------------------------------------------------------------------
@@ -157,10 +158,10 @@ class PerformerAttention(QKVOutAttention):
 
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
-               num_features: int = 256, redraw_features: bool = False):
+               num_features: int = 256, redraw_features: bool = False, rotary: bool = False):
     self.check_options(max_length, num_features, redraw_features)
     del attention_dropout, max_length  # Unused; see the docstring.
-    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs)
+    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs, rotary=rotary)
     self.num_features = num_features
     self.redraw_features = redraw_features
     key = rngs.features() if 'features' in rngs else rngs.params()
@@ -176,12 +177,14 @@ class PerformerAttention(QKVOutAttention):
       features = orthogonal_gaussian_features(key, self.num_features, self.head_dim)
     else:
       features = self.features[...]
-    q, k, v = self._heads(x)
+    q, k, v = self._projected_heads(x)
     # d^-1/4 on both sides gives exp(q . k / sqrt(d)), the softmax kernel of scaled attention.
     scale = self.head_dim**-0.25
     q_features = positive_softmax_features(q * scale, features, is_query=True)
     k_features = positive_softmax_features(k * scale, features, is_query=False, key_mask=mask)
-    numerator, denominator = _linear_attention_from_features(q_features, k_features, v)
+    features_attention = (rotary_linear_attention if self.rotary
+                          else _linear_attention_from_features)
+    numerator, denominator = features_attention(q_features, k_features, v)
     # Denominator is 0 only when every key is padding; output 0 there instead of NaN.
     y = numerator / jnp.where(denominator > 0, denominator, 1.0)
     return self.out(merge_heads(y.astype(v.dtype)))
@@ -196,17 +199,20 @@ def elu_feature_map(x: jax.Array) -> jax.Array:
   return jax.nn.elu(x.astype(jnp.float32)) + 1.0
 
 
-def linear_attention(q, k, v, key_mask, *, eps: float = 1e-6) -> jax.Array:
+def linear_attention(q, k, v, key_mask, *, eps: float = 1e-6,
+                     rotary: bool = False) -> jax.Array:
   """Katharopoulos et al. 2020, §3.2, in the O(n) order: phi(q_i) (sum_j phi(k_j) v_j^T) / norm.
 
   q, k, v [B, h, n, d]; key_mask [B, n] (True = real) or None; padded keys get phi = 0.
+  `rotary`: phi(q), phi(k) rotated at their positions in the numerator (RoFormer eq. 19).
   Computed in float32, returned in v's dtype.
   """
   q_features = elu_feature_map(q)
   k_features = elu_feature_map(k)
   if key_mask is not None:
     k_features = jnp.where(key_mask[:, None, :, None], k_features, 0.0)
-  numerator, denominator = _linear_attention_from_features(q_features, k_features, v)
+  features_attention = rotary_linear_attention if rotary else _linear_attention_from_features
+  numerator, denominator = features_attention(q_features, k_features, v)
   return (numerator / (denominator + eps)).astype(v.dtype)
 
 
@@ -233,14 +239,15 @@ class LinearTransformerAttention(QKVOutAttention):
 
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
-               eps: float = 1e-6):
+               eps: float = 1e-6, rotary: bool = False):
     del attention_dropout, max_length  # Unused; see the docstring.
-    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs)
+    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs, rotary=rotary)
     self.eps = eps
 
   def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
-    q, k, v = self._heads(x)
-    return self.out(merge_heads(linear_attention(q, k, v, mask, eps=self.eps)))
+    q, k, v = self._projected_heads(x)
+    return self.out(merge_heads(linear_attention(q, k, v, mask, eps=self.eps,
+                                                 rotary=self.rotary)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -265,10 +272,10 @@ class LocalAttention(QKVOutAttention):
 
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
-               block_size: int = 50):
+               block_size: int = 50, rotary: bool = False):
     self.check_options(max_length, block_size)
     del max_length  # Unused.
-    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs)
+    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs, rotary=rotary)
     self.block_size = block_size
     self.dropout = Dropout(attention_dropout)
 

@@ -187,10 +187,11 @@ class BigBirdAttention(QKVOutAttention):
 
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
-               block_size: int = 64, num_random_blocks: int = 3, random_within: int = 1024):
+               block_size: int = 64, num_random_blocks: int = 3, random_within: int = 1024,
+               rotary: bool = False):
     self.check_options(max_length, block_size=block_size, num_random_blocks=num_random_blocks,
                        random_within=random_within)
-    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs)
+    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs, rotary=rotary)
     self.block_size = block_size
     self.max_length = max_length
     self.num_random_blocks = num_random_blocks
@@ -366,10 +367,10 @@ class SinkhornAttention(QKVOutAttention):
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
                block_size: int = 50, sort_activation: str = 'softmax',
-               sinkhorn_iterations: int = 1, temperature: float = 1.0):
+               sinkhorn_iterations: int = 1, temperature: float = 1.0, rotary: bool = False):
     self.check_options(max_length, block_size=block_size, sort_activation=sort_activation,
                        sinkhorn_iterations=sinkhorn_iterations, temperature=temperature)
-    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs)
+    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs, rotary=rotary)
     self.max_length = max_length
     self.block_size = block_size
     self.sort_activation = sort_activation

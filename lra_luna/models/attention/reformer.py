@@ -13,6 +13,7 @@ from flax import nnx
 from lra_luna.models.attention.base import (MASKED_SCORE, RandomFeatures, check_option, einsum32,
                                             fill_to, is_count, merge_heads, projection,
                                             split_heads)
+from lra_luna.models.attention.rotary import apply_rotary
 from lra_luna.models.nn.dropout import Dropout
 
 # Paper §2 ("Causal masking for shared-QK attention"): a token's score with itself is lowered by
@@ -76,7 +77,8 @@ class ReformerAttention(nnx.Module):
   the padded length, so every input is computed at one length and a real row's output does not
   depend on how far its batch was padded (nor on the pad values).
   Config options (CONFIG_OPTIONS): num_hashes, num_buckets, chunk_length, normalize_keys,
-  mask_self.
+  mask_self. `rotary` (config.model.positions): the shared q = k rotated at its positions
+  (RoFormer eq. 34) before hashing, so the buckets group the vectors that are scored.
   """
 
   CONFIG_OPTIONS = ('num_hashes', 'num_buckets', 'chunk_length', 'normalize_keys', 'mask_self')
@@ -99,7 +101,7 @@ class ReformerAttention(nnx.Module):
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
                num_hashes: int = 1, num_buckets: int = 10, chunk_length: int = 0,
-               normalize_keys: bool = False, mask_self: bool = False):
+               normalize_keys: bool = False, mask_self: bool = False, rotary: bool = False):
     self.check_options(max_length, num_hashes, num_buckets, chunk_length, normalize_keys,
                        mask_self)
     if dim % num_heads:
@@ -112,6 +114,7 @@ class ReformerAttention(nnx.Module):
     self.chunk_length = chunk_length
     self.normalize_keys = normalize_keys
     self.mask_self = mask_self
+    self.rotary = rotary
     # Shared-QK: no key projection.
     self.query = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
     self.value = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
@@ -138,6 +141,8 @@ class ReformerAttention(nnx.Module):
     padded, chunk = chunk_layout(n, self.num_buckets, self.chunk_length)
     pad = padded - n
     q = split_heads(self.query(x), heads)
+    if self.rotary:  # before hashing: the buckets group the rotated vectors that are scored
+      q = apply_rotary(q, jnp.arange(n))
     v = split_heads(self.value(x), heads)
     q, v = (jnp.pad(t, ((0, 0), (0, 0), (0, pad), (0, 0))) for t in (q, v))
     mask = jnp.pad(mask, ((0, 0), (0, pad)), constant_values=False)  # filler: never real

@@ -10,6 +10,7 @@ from flax import nnx
 
 from lra_luna.models.attention.base import (merge_heads, project_together, projection,
                                             scaled_dot_product, split_heads)
+from lra_luna.models.attention.rotary import rotate_queries_and_keys
 from lra_luna.models.nn.dropout import Dropout
 
 # ----------------------------------------------------------------------------------------------
@@ -86,12 +87,12 @@ class SoftmaxAttention(nnx.Module):
   'fused' calls `jax.nn.dot_product_attention` with the kernel `fused_implementation` picks for
   the platform traced for: cuDNN's flash attention on an NVIDIA GPU with 16-bit compute, XLA's
   attention elsewhere (same values). 'fused' has no attention dropout (the fused kernels do not
-  support it).
+  support it). `rotary`: q and k rotated at their positions first (RoFormer eq. 34), either way.
   """
 
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                implementation: str = 'vanilla', init: str = 'reference', dtype=jnp.float32,
-               rngs: nnx.Rngs):
+               rngs: nnx.Rngs, rotary: bool = False):
     if dim % num_heads:
       raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}.')
     if implementation not in ('vanilla', 'fused'):
@@ -99,6 +100,7 @@ class SoftmaxAttention(nnx.Module):
                        "valid choices: 'vanilla', 'fused'.")
     self.num_heads = num_heads
     self.implementation = implementation
+    self.rotary = rotary
     self.query = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
     self.key = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
     self.value = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
@@ -115,6 +117,9 @@ class SoftmaxAttention(nnx.Module):
       q, k, v = project_together(x, [self.query, self.key, self.value])
     else:
       (k, v), q = project_together(x, [self.key, self.value]), self.query(queries)
+    if self.rotary:  # RoFormer eq. 34 on [B, H, n, d], back to [B, n, D]
+      q, k = (merge_heads(t) for t in rotate_queries_and_keys(split_heads(q, self.num_heads),
+                                                                split_heads(k, self.num_heads)))
     if self.implementation == 'fused':
       # dot_product_attention takes [B, n, H, d] and applies the 1/sqrt(d) scale itself.
       heads = lambda y: y.reshape(*y.shape[:2], self.num_heads, head_dim)

@@ -21,6 +21,7 @@ from flax import nnx
 
 from lra_luna.models.attention.base import (MASKED_SCORE, QKVOutAttention, check_option, einsum32,
                                             is_count, merge_heads, projection, split_heads)
+from lra_luna.models.attention.rotary import rotate_queries_and_keys
 from lra_luna.models.nn.dropout import Dropout
 
 
@@ -120,10 +121,10 @@ class SparseTransformerAttention(QKVOutAttention):
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
                block_length: int = 50, summary_columns: int = 10, causal: bool = True,
-               cls_global: bool = True):
+               cls_global: bool = True, rotary: bool = False):
     self.check_options(max_length, block_length, summary_columns, causal, cls_global)
     del max_length  # Unused.
-    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs)
+    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs, rotary=rotary)
     self.block_length = block_length
     self.summary_columns = summary_columns
     self.causal = causal
@@ -224,10 +225,11 @@ class LongformerAttention(QKVOutAttention):
 
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
-               window: int = 512, global_cls: bool = False, causal: bool = False):
+               window: int = 512, global_cls: bool = False, causal: bool = False,
+               rotary: bool = False):
     self.check_options(max_length, window, global_cls, causal)
     del max_length  # Unused.
-    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs)
+    super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs, rotary=rotary)
     self.window = window
     self.global_cls = global_cls
     self.causal = causal
@@ -252,6 +254,8 @@ class LongformerAttention(QKVOutAttention):
       q_global = split_heads(self.query_global(x[:, :1]), self.num_heads)[:, :, 0]
       k_global, v_global = (split_heads(layer(x), self.num_heads)
                             for layer in (self.key_global, self.value_global))
+      if self.rotary:  # [CLS] is position 0: its query needs no rotation, the keys do.
+        k_global = rotate_queries_and_keys(k_global, k_global)[1]
       allowed = mask[:, None, :]
       if self.causal:
         allowed = allowed & (jnp.arange(x.shape[1]) == 0)

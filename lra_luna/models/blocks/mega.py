@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lra_luna.models.attention.rotary import rotate_queries_and_keys
 from lra_luna.models.nn import layers
 from lra_luna.models.nn.dropout import Dropout
 from lra_luna.models.nn.linear import Linear
@@ -200,8 +201,9 @@ class MovingAverageGatedAttention(nnx.Module):
                attention_function: str, chunk_size: int, truncation: int, position_bias: str,
                max_positions: int, norm: str, prenorm: bool, bidirectional: bool,
                dropout: float, attention_dropout: float, hidden_dropout: float, dtype,
-               rngs: nnx.Rngs):
+               rngs: nnx.Rngs, rotary: bool = False):
     self.dim, self.z_dim, self.hidden_dim = dim, z_dim, hidden_dim
+    self.rotary = rotary  # config.model.positions 'rotary': Q and K rotated (RoFormer eq. 34)
     self.attention_function, self.chunk_size, self.prenorm = attention_function, chunk_size, prenorm
     self.norm = make_norm(norm, dim, dtype)
     self.ema = MultiDimensionalEMA(dim, ema_dim=ema_dim, bidirectional=bidirectional,
@@ -245,6 +247,8 @@ class MovingAverageGatedAttention(nnx.Module):
     z, reset = jnp.split(jax.nn.silu(shared), [self.z_dim], axis=-1)
     q = z * self.qk_scale[0] + self.qk_offset[0]
     k = z * self.qk_scale[1] + self.qk_offset[1]
+    if self.rotary:  # at their sequence positions, before the chunks: relative inside each
+      q, k = rotate_queries_and_keys(q, k)
     o = self.attend(q.astype(x.dtype), k.astype(x.dtype), drop(v, self.hidden_dropout), mask,
                     deterministic=deterministic, rngs=rngs)
     h = drop(jax.nn.silu(x_h + self.output(o * reset)))
@@ -295,8 +299,12 @@ class MegaBlock(nnx.Module):
     dtype = getattr(jnp, cfg.dtype)
     hidden_dropout = options.pop('hidden_dropout')
     options['hidden_dim'] = options['hidden_dim'] or 2 * cfg.dim
+    rotary = cfg.positions == 'rotary'
+    if rotary and options['z_dim'] % 2:
+      raise ValueError(f"MegaBlock option z_dim = {options['z_dim']} is not valid with "
+                       "config.model.positions 'rotary': an even integer (RoPE rotates pairs).")
     self.attention = MovingAverageGatedAttention(
-        cfg.dim, **options, max_positions=cfg.max_length + 1, dropout=cfg.dropout,
+        cfg.dim, **options, rotary=rotary, max_positions=cfg.max_length + 1, dropout=cfg.dropout,
         attention_dropout=cfg.attention_dropout, hidden_dropout=hidden_dropout, dtype=dtype,
         rngs=rngs)
     self.ffn = NormalizedFeedForward(cfg.dim, cfg.ffn_dim, norm=options['norm'],

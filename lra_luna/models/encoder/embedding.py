@@ -35,6 +35,7 @@ def embedding_init(init: str, dim: int):
 
 class Embedding(nnx.Module):
   """Token + position embeddings (no sqrt(D) scale), optional LayerNorm, dropout (luna.md §5).
+  Positions 'none' and 'rotary' add none here (rotary rotates queries and keys instead).
 
   Padded rows are zeroed so that they carry nothing into any layer.
   """
@@ -50,7 +51,7 @@ class Embedding(nnx.Module):
       self.positions = nnx.Param(embedding_init(init, dim)(rngs.params(), (max_length + 1, dim)))
     elif positions == 'sinusoidal':
       self.positions = nnx.Variable(jnp.asarray(sinusoidal_table(max_length + 1, dim)))
-    else:  # 'none': the blocks know positions themselves (S4D's convolution)
+    else:  # 'none' (the blocks know positions: S4D) or 'rotary' (inside the attention)
       self.positions = None
     self.layernorm = layers.LayerNorm(dim, dtype=dtype) if use_layernorm else None
     self.dropout = Dropout(dropout)

@@ -29,6 +29,8 @@ def build_self_attention(cfg: ModelConfig, rngs: nnx.Rngs):
   a baseline, or a plug-in ('file.py:Class', plugins.py)."""
   common = dict(attention_dropout=cfg.attention_dropout, init=cfg.init,
                 dtype=compute_dtype(cfg), rngs=rngs)
+  if cfg.positions == 'rotary':  # only then: plug-ins and Linformer never see the argument
+    common['rotary'] = True
   if cfg.attention == 'softmax':
     return SoftmaxAttention(cfg.dim, cfg.num_heads,
                                           implementation=cfg.attention_implementation, **common)
