@@ -26,7 +26,7 @@ import lra_luna
 TASKS = tuple(tasks.TASKS)  # the task registry (lra_luna/tasks.py)
 # Model name -> its registry entry (lra_luna/registry.py): the config words of the models.
 MODELS = registry.MODELS
-SCHEDULES = ('rsqrt', 'cosine', 'linear')
+SCHEDULES = ('rsqrt', 'cosine', 'linear', 'constant')
 # jax.default_matmul_precision of a run: 'default' is JAX's (on recent NVIDIA GPUs float32
 # matmuls run as TF32, on TPUs as bfloat16 passes), 'high' 3 bf16 passes / TF32 on TPUs and GPUs,
 # 'highest' true float32 everywhere. CPUs compute float32 matmuls in float32 whatever this is.
@@ -45,6 +45,7 @@ WORDS = {
     'paper': False,     # the Luna authors' protocol instead of LRA's (lra_luna/protocols.py)
     'fp16': False,      # float16 compute with dynamic loss scaling (the authors' fairseq --fp16)
     'smoke': False,     # a smoke test: full shapes, SMOKE_STEPS steps, SMOKE_EVAL_BATCHES batches
+    'spt': False,       # self-pretraining on the task's training inputs, then fine-tuning (spt.py)
 }
 # The smoke word (use_smoke_settings): steps trained, and batches per evaluation pass.
 SMOKE_STEPS = 20
@@ -130,6 +131,22 @@ def base_config() -> ml_collections.ConfigDict:
   c.progress_bar = True             # stderr progress: a bar on a terminal, else lines; off if $CI
   c.matmul_precision = 'default'    # one of MATMUL_PRECISIONS (jax.default_matmul_precision)
   c.smoke = False                   # a smoke test (the word smoke): results and reports say so
+  # Self-pretraining (SPT, the word spt; lra_luna/spt.py, docs/spt.md): a first phase trains the
+  # encoder on the training split's inputs with `objective`, the run then fine-tunes it.
+  c.pretraining = ml_collections.ConfigDict()
+  c.pretraining.objective = ''      # '' (train from scratch) | 'masked' | 'causal'
+  c.pretraining.mask_rate = 0.5     # masked: share of the real tokens replaced by the mask id
+  c.pretraining.num_train_steps = 0  # optimizer steps of the pretraining phase
+  c.pretraining.warmup_steps = 0    # its schedule's warmup
+  c.pretraining.schedule = 'constant'  # its schedule (SCHEDULES)
+  c.pretraining.learning_rate = 0.0  # its peak learning rate
+  c.pretraining.weight_decay = 0.0  # its AdamW weight decay
+  # Pretraining seed: >= 0 one pretraining for every fine-tuning seed (the authors' one
+  # checkpoint per task), -1 each fine-tuning seed pretrains with its own seed.
+  c.pretraining.seed = 0
+  c.pretraining.is_phase = False    # set in the pretraining phase's own config (not by hand)
+  # Fine-tune from the finished pretraining of another run folder (its pretraining/ subfolder).
+  c.pretrained = ''
   # The model: every field of ModelConfig with its default (models/model_config.py says what
   # each one is and checks it).
   c.model = dataclasses.asdict(model_config.ModelConfig())
@@ -164,6 +181,8 @@ def use_smoke_settings(config: ml_collections.ConfigDict) -> ml_collections.Conf
   config.eval_every = config.checkpoint_every = SMOKE_STEPS
   config.log_every = min(config.log_every, 5)
   config.max_eval_batches = SMOKE_EVAL_BATCHES
+  if config.pretraining.objective:
+    config.pretraining.num_train_steps = SMOKE_STEPS
   train_examples = SMOKE_STEPS * config.batch_size
   eval_examples = SMOKE_EVAL_BATCHES * config.eval_batch_size
   if 'listops' in config:
@@ -225,6 +244,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if not 0 <= config.max_truncated_fraction <= 1:
     raise ValueError(f'config.max_truncated_fraction must be in [0, 1], got '
                      f'{config.max_truncated_fraction}.')
+  if config.get('pretraining', {}).get('objective') or config.get('pretrained'):
+    from lra_luna import spt  # pylint: disable=import-outside-toplevel
+    spt.validate(config)
 
 
 def check_accumulation(steps, batch_per_device: int, devices: int = 1) -> None:
@@ -366,6 +388,9 @@ def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
   config = module.get_config() if arg is None else module.get_config(arg)
+  if parse_arg(arg).spt:  # every task config's self-pretraining, before smoke and the overrides
+    from lra_luna import spt  # pylint: disable=import-outside-toplevel
+    spt.use_spt_settings(config)
   if parse_arg(arg).smoke:  # every task config's smoke test, before the overrides
     use_smoke_settings(config)
   config.preset = f'{path.name}:{arg or ""}'  # what run_record measures the run against
