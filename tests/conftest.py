@@ -65,6 +65,13 @@ SLOW = {
     'test_data_safety': {'test_outer_release_folder_is_refused_then_the_inner_one_trains_with_its_source',
                          'test_generated_data_is_recorded_as_generated',
                          'test_release_source_never_falls_back_to_generated'},
+    'test_pretraining': {'test_results_have_a_pretraining_section_on_training_inputs_only',
+                         'test_fine_tuning_starts_from_exactly_the_pretrained_encoder_and_a_'
+                         'fresh_head',
+                         'test_a_signal_in_pretraining_names_the_phase_and_resumes_exactly',
+                         'test_a_kill_in_fine_tuning_resumes_without_pretraining_again',
+                         'test_fine_tuning_from_another_runs_pretraining',
+                         'test_a_pretraining_of_another_vocabulary_is_refused_before_training'},
     'test_profile': {'test_profiler_runs_end_to_end_and_writes_every_output',
                      'test_memory_only_compiles_without_running_and_gives_the_same_estimates',
                      'test_out_of_memory_point_is_recorded_and_the_sweep_goes_on',

@@ -30,8 +30,8 @@ def build_self_attention(cfg: ModelConfig, rngs: nnx.Rngs):
   common = dict(attention_dropout=cfg.attention_dropout, init=cfg.init,
                 dtype=compute_dtype(cfg), rngs=rngs)
   if cfg.attention == 'softmax':
-    return SoftmaxAttention(cfg.dim, cfg.num_heads,
-                                          implementation=cfg.attention_implementation, **common)
+    return SoftmaxAttention(cfg.dim, cfg.num_heads, implementation=cfg.attention_implementation,
+                            causal=cfg.causal, **common)
   options = dict(cfg.attention_options)
   if plugins.is_plugin(cfg.attention):
     return plugins.build(cfg.attention, cfg.dim, cfg.num_heads, max_length=cfg.max_length + 1,
