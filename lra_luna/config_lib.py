@@ -197,12 +197,19 @@ def use_smoke_settings(config: ml_collections.ConfigDict) -> ml_collections.Conf
   return config
 
 
+# The label suffix of a self-pretrained run (spt.py): its sweep folder, results and report rows
+# stand beside the same model's from scratch.
+SPT_SUFFIX = '+spt'
+
+
 def model_label(config: ml_collections.ConfigDict) -> str:
   """What results, sweep folders, reports and profiles call config's model: its preset name, or
-  the class name of a plug-in attention (plugins.py)."""
+  the class name of a plug-in attention (plugins.py); SPT_SUFFIX after it when self-pretrained."""
   from lra_luna.models import plugins  # Imported here: report reads labels without JAX.
   attention = config.model.attention
-  return plugins.label(attention) if plugins.is_plugin(attention) else config.model_name
+  label = plugins.label(attention) if plugins.is_plugin(attention) else config.model_name
+  pretraining = config.get('pretraining', {})
+  return label + SPT_SUFFIX if pretraining.get('objective') or config.get('pretrained') else label
 
 
 def _check_choice(field: str, value, choices) -> None:

@@ -428,3 +428,45 @@ def test_direct_causal_convolution_equals_the_fft_one():
       direct[:, i] += np.asarray(kernel[:, i - j]) * np.asarray(u[:, j])
   np.testing.assert_allclose(s4d.causal_convolution(u, kernel), direct, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(s4d.fft_convolution(u, kernel), direct, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------
+# Report: from scratch and SPT side by side.
+# ----------------------------------------------------------------------------------------------
+def fake_result(folder, model, seed, accuracy, pretrained: bool):
+  results = {'task': 'listops', 'model': model, 'head': 'cls', 'seed': seed,
+             'last': {'test_accuracy': accuracy}, 'best': {'test_accuracy': accuracy}}
+  if pretrained:
+    results['pretraining'] = {'objective': 'masked', 'steps': 10}
+    run_folder.write_json_atomically(run_folder.pretraining_dir(folder) / 'results.json',
+                                     {'phase': 'pretraining', 'steps': 10})
+  run_folder.write_json_atomically(folder / 'results.json', results)
+
+
+def test_report_puts_scratch_and_spt_side_by_side(tmp_path):
+  from lra_luna.report import command  # pylint: disable=import-outside-toplevel
+  for seed, (scratch, pretrained) in enumerate([(0.40, 0.50), (0.42, 0.56)]):
+    fake_result(tmp_path / 'scratch' / f'seed{seed}', 'transformer', seed, scratch, False)
+    # A label written before the suffix existed gets it from the pretraining section.
+    fake_result(tmp_path / 'spt' / f'seed{seed}', 'transformer', seed, pretrained, True)
+  paths = command.make_report(tmp_path)
+  table = (tmp_path / 'report' / 'table_spt.md').read_text()
+  assert tmp_path / 'report' / 'table_spt.md' in paths
+  rows = [line for line in table.splitlines() if line.startswith('| transformer')]
+  assert rows[0].startswith('| transformer | cls | ours | 41.00 ± 1.41 (2)'), rows
+  assert rows[1].startswith('| transformer+spt | cls | ours | 53.00 ± 4.24 (2)'), rows
+  assert 'not shown; no stored copy' in table
+
+
+def test_report_without_spt_runs_writes_no_spt_table(tmp_path):
+  from lra_luna.report import command  # pylint: disable=import-outside-toplevel
+  fake_result(tmp_path / 'a', 'transformer', 0, 0.4, False)
+  command.make_report(tmp_path)
+  assert not (tmp_path / 'report' / 'table_spt.md').exists()
+
+
+def test_spt_runs_are_labelled_apart_from_scratch():
+  config = config_lib.load_config('configs/listops.py:luna16,quick,spt')
+  assert config_lib.model_label(config) == 'luna16+spt'
+  assert config_lib.model_label(config_lib.load_config('configs/listops.py:luna16,quick')) == (
+      'luna16')

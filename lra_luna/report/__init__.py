@@ -9,6 +9,8 @@ path) and writes to out_dir (default SWEEP_DIR/report), each table through lra_l
   seeds with n; the average over the five tasks and without Retrieval; the papers' rows beside.
 - table3.{md,tex,csv}: Luna's [CLS] (`cls`) vs mean-pooled final P (`mean_p`) on ListOps, Text,
   Retrieval, with their average; only the heads that ran.
+- table_spt.{md,tex,csv} (when the folder holds self-pretrained runs, `<model>+spt`): each model
+  and head from scratch beside the same after self-pretraining (docs/spt.md), per task.
 - figure1.{png,pdf}: accuracy (y) vs training steps/s (x), circle area proportional to memory.
 Accuracies are percent of the chosen checkpoint's test set; every table says which checkpoint.
 A missing cell is '—' (empty in CSV), never 0; an average needs every one of its tasks.
@@ -52,4 +54,4 @@ from lra_luna.report.runs import (AVG, AVG_NO_RETRIEVAL, CHECKPOINTS, MISSING, T
                                   average, describe_run, describe_training, load_results,
                                   run_records, seed_statistics, summarize)
 from lra_luna.report.sources import CAMPAIGN_FILE, campaign_note, data_sources, describe_data
-from lra_luna.report.tables import AccuracyTable, Row, as_table, table1, table3
+from lra_luna.report.tables import AccuracyTable, Row, as_table, table1, table3, table_spt

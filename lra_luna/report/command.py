@@ -44,8 +44,11 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None)
   note = sources.campaign_note(sweep_dir, data)
   paths = []
   for build, task_names in ((accuracy_tables.table1, runs.TASK_NAMES),
-                            (accuracy_tables.table3, published.CLS_VS_P_TASKS)):
+                            (accuracy_tables.table3, published.CLS_VS_P_TASKS),
+                            (accuracy_tables.table_spt, runs.TASK_NAMES)):
     table = build(summary, checkpoint, runs.run_records(results, task_names))
+    if table is None:  # table_spt without self-pretrained runs
+      continue
     table.notes.insert(0, sources.data_note(data, [key for key, _ in table.columns]))
     paths += tables.write(accuracy_tables.as_table(table, checkpoint, note), out_dir)
   paths += figures.write_figure(summary, results, profile, checkpoint, out_dir, caption=note)

@@ -164,8 +164,10 @@ def parse_sweep_run_dir(sweep_dir, workdir) -> tuple[str, str, str, int] | None:
 
 
 def result_files(sweep_dir) -> list[pathlib.Path]:
-  """Every results.json under a folder (a sweep, a campaign or any folder of run folders)."""
-  return sorted(pathlib.Path(sweep_dir).rglob(RESULTS_FILE))
+  """Every results.json under a folder (a sweep, a campaign or any folder of run folders); a
+  self-pretrained run's pretraining/results.json is part of its run, not a run."""
+  return sorted(path for path in pathlib.Path(sweep_dir).rglob(RESULTS_FILE)
+                if path.parent.name != PRETRAINING_DIR)
 
 
 def report_dir(sweep_dir) -> pathlib.Path:
