@@ -131,26 +131,31 @@ def base_config() -> ml_collections.ConfigDict:
   c.progress_bar = True             # stderr progress: a bar on a terminal, else lines; off if $CI
   c.matmul_precision = 'default'    # one of MATMUL_PRECISIONS (jax.default_matmul_precision)
   c.smoke = False                   # a smoke test (the word smoke): results and reports say so
-  # Self-pretraining (SPT, the word spt; lra_luna/spt.py, docs/spt.md): a first phase trains the
-  # encoder on the training split's inputs with `objective`, the run then fine-tunes it.
-  c.pretraining = ml_collections.ConfigDict()
-  c.pretraining.objective = ''      # '' (train from scratch) | 'masked' | 'causal'
-  c.pretraining.mask_rate = 0.5     # masked: share of the real tokens replaced by the mask id
-  c.pretraining.num_train_steps = 0  # optimizer steps of the pretraining phase
-  c.pretraining.warmup_steps = 0    # its schedule's warmup
-  c.pretraining.schedule = 'constant'  # its schedule (SCHEDULES)
-  c.pretraining.learning_rate = 0.0  # its peak learning rate
-  c.pretraining.weight_decay = 0.0  # its AdamW weight decay
-  # Pretraining seed: >= 0 one pretraining for every fine-tuning seed (the authors' one
-  # checkpoint per task), -1 each fine-tuning seed pretrains with its own seed.
-  c.pretraining.seed = 0
-  c.pretraining.is_phase = False    # set in the pretraining phase's own config (not by hand)
+  c.pretraining = pretraining_config()  # self-pretraining (the word spt), off by default
   # Fine-tune from the finished pretraining of another run folder (its pretraining/ subfolder).
   c.pretrained = ''
   # The model: every field of ModelConfig with its default (models/model_config.py says what
   # each one is and checks it).
   c.model = dataclasses.asdict(model_config.ModelConfig())
   return c
+
+
+def pretraining_config() -> ml_collections.ConfigDict:
+  """config.pretraining (SPT, the word spt; lra_luna/spt.py, docs/spt.md): with an objective, a
+  first phase trains the encoder on the training split's inputs, the run then fine-tunes it."""
+  p = ml_collections.ConfigDict()
+  p.objective = ''                  # '' (train from scratch) | 'masked' | 'causal'
+  p.mask_rate = 0.5                 # masked: share of the real tokens replaced by the mask id
+  p.num_train_steps = 0             # optimizer steps of the pretraining phase
+  p.warmup_steps = 0                # its schedule's warmup
+  p.schedule = 'constant'           # its schedule (SCHEDULES)
+  p.learning_rate = 0.0             # its peak learning rate
+  p.weight_decay = 0.0              # its AdamW weight decay
+  # Pretraining seed: >= 0 one pretraining for every fine-tuning seed (the authors fine-tune
+  # from one checkpoint), -1 each fine-tuning seed pretrains with its own seed.
+  p.seed = 0
+  p.is_phase = False                # set in the pretraining phase's own config (not by hand)
+  return p
 
 
 def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
