@@ -470,3 +470,16 @@ def test_spt_runs_are_labelled_apart_from_scratch():
   assert config_lib.model_label(config) == 'luna16+spt'
   assert config_lib.model_label(config_lib.load_config('configs/listops.py:luna16,quick')) == (
       'luna16')
+
+
+def test_profile_points_of_the_pretraining_step():
+  from lra_luna.profile import measure  # pylint: disable=import-outside-toplevel
+  config = measure.point_config('configs/listops.py:quick', 'luna16', 60, 8, 'float32', 'masked')
+  sizes = type('Sizes', (), {'vocab_size': 17, 'source': {}})()
+  objective = steps.pretraining_objective(config, sizes)
+  assert objective.name == 'masked' and objective.mask_id == 18
+  assert measure.point_label('luna16', 'masked') == 'luna16 [masked]'
+  plain = measure.point_config('configs/listops.py:quick', 'luna16', 60, 8, 'float32')
+  assert steps.pretraining_objective(plain, sizes) is None
+  causal = measure.point_config('configs/listops.py:quick', 's4d', 60, 8, 'float32', 'causal')
+  assert steps.model_config(causal, type('S', (), {'vocab_size': 17, 'num_classes': 10})()).causal
