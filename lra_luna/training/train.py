@@ -109,9 +109,9 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
       with steps.matmul_precision(config.matmul_precision):  # Read when the steps are traced.
         if not (config.pretraining.objective or config.pretrained):
           return run_phases(config, runs, overwrite, stop)
-        pretrain(config, runs, overwrite, stop)
-        return stopped_in('fine-tuning', config, runs, stop,
-                          lambda: run_phases(config, runs, False, stop))
+        pretrain(config, runs, overwrite, stop)  # clears the workdirs it pretrains in
+        return stopped_in('fine-tuning', config, runs, stop, lambda: run_phases(
+            config, runs, overwrite and bool(config.pretrained), stop))
     except StopRequested as e:  # Stopped at once: say what ran and what the folder holds.
       raise Interrupted(e.signal_name, stop.doing(config), saved_on_disk(runs),
                         saved_step=run_folder.saved_step(runs[0].workdir, 'latest')) from None
