@@ -483,3 +483,14 @@ def test_profile_points_of_the_pretraining_step():
   assert steps.pretraining_objective(plain, sizes) is None
   causal = measure.point_config('configs/listops.py:quick', 's4d', 60, 8, 'float32', 'causal')
   assert steps.model_config(causal, type('S', (), {'vocab_size': 17, 'num_classes': 10})()).causal
+
+
+def test_evaluate_and_predict_read_an_spt_run_as_any_other(reference_spt):
+  from lra_luna import evaluate, predict  # pylint: disable=import-outside-toplevel
+  results = read_results(reference_spt)[0]
+  evaluated = evaluate.evaluate_workdir(reference_spt)
+  assert evaluated['last'] == results['last'] and evaluated['model'] == 'luna16+spt'
+  probabilities = predict.load_predictor(reference_spt, 'last').predict_proba(
+      ['( ( [MAX 2 9 ) 4 ] )', '( [MIN 3 1 ] )'])
+  assert probabilities.shape == (2, 10)
+  np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
