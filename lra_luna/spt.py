@@ -17,7 +17,7 @@ from lra_luna import registry
 from lra_luna.models import model_config as model_config_lib
 from lra_luna.training import run_folder
 
-OBJECTIVES = ('masked', 'causal')  # models/objectives.OBJECTIVES, without importing JAX
+OBJECTIVES = model_config_lib.PRETRAINING_OBJECTIVES
 # The mask rate of the authors' README example (`dataset.mlm_prob=0.5`; their configs leave it 0
 # to be set on the command line), the default here.
 AUTHORS_MASK_RATE = 0.5
@@ -53,6 +53,7 @@ def causal_models() -> list[str]:
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """ValueError in one line for a bad pretraining setting, before any data is read."""
+  from lra_luna import config_lib  # pylint: disable=import-outside-toplevel
   p = config.pretraining
   if p.objective not in ('', *OBJECTIVES):
     raise ValueError(f'config.pretraining.objective = {p.objective!r} is not valid; valid '
@@ -67,9 +68,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
       if p[field] <= 0:
         raise ValueError(f'config.pretraining.{field} must be positive, got {p[field]}; set '
                          f'--config.pretraining.{field}=<value> (the word spt sets it).')
-    if p.schedule not in ('rsqrt', 'cosine', 'linear', 'constant'):
+    if p.schedule not in config_lib.SCHEDULES:
       raise ValueError(f'config.pretraining.schedule = {p.schedule!r} is not valid; valid '
-                       "choices: ['rsqrt', 'cosine', 'linear', 'constant'].")
+                       f'choices: {list(config_lib.SCHEDULES)}.')
   if config.get('pretrained'):
     check_pretrained(config, config.pretrained)
 

@@ -23,6 +23,8 @@ ATTENTION_IMPLEMENTATIONS = ('vanilla', 'fused')
 # the softmax Transformer (vanilla), Luna (eq. 7, attention/causal_luna.py), S4D (its one-sided
 # kernel) and Mega (its one-sided EMA, causal attention).
 CAUSAL_ATTENTIONS = ('softmax', 'luna', 's4d', 'mega')
+# The pretraining objectives (config.pretraining.objective; models/objectives, spt.py).
+PRETRAINING_OBJECTIVES = ('masked', 'causal')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,7 +40,7 @@ def load_config(spec: str, model_name: str):
 
 
 # What a profile point's step trains: the classifier, or a pretraining objective (spt.py).
-OBJECTIVES = ('classification', 'masked', 'causal')
+OBJECTIVES = ('classification', *spt.OBJECTIVES)
 
 
 def point_config(spec: str, model_name: str, length: int, batch_size: int, dtype: str,

@@ -11,8 +11,6 @@ import jax.numpy as jnp
 
 from lra_luna.models.objectives import losses, masking
 
-OBJECTIVES = ('masked', 'causal')
-
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
