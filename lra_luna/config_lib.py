@@ -510,8 +510,14 @@ def preset_overrides(config: ml_collections.ConfigDict) -> list[str] | None:
 
 def run_record(config: ml_collections.ConfigDict) -> dict:
   """What results.json['run'] records of how a run trained: its preset, protocol, model entry,
-  steps against the full run's, overrides of its preset and shortened_reasons."""
+  steps against the full run's, overrides of its preset and shortened_reasons; a
+  self-pretrained run (spt.py) its pretraining's objective and steps too."""
   steps = full_run_steps(config)
-  return {'preset': config.get('preset', ''), 'protocol': config.protocol,
-          'model': config.model_name, 'steps': config.num_train_steps, 'full_steps': steps,
-          'overrides': preset_overrides(config), 'shortened': shortened_reasons(config, steps)}
+  record = {'preset': config.get('preset', ''), 'protocol': config.protocol,
+            'model': config.model_name, 'steps': config.num_train_steps, 'full_steps': steps,
+            'overrides': preset_overrides(config), 'shortened': shortened_reasons(config, steps)}
+  pretraining = config.get('pretraining', {})
+  if pretraining.get('objective') and not pretraining.get('is_phase'):
+    record['pretraining'] = {'objective': pretraining.objective,
+                             'steps': pretraining.num_train_steps}
+  return record

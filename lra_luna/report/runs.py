@@ -127,6 +127,8 @@ def describe_run(run: dict | None) -> str:
   if not run:
     return 'not recorded'
   text = f"{run['steps']} steps ({run['protocol']})"
+  if run.get('pretraining'):  # self-pretrained (spt.py)
+    text = f"{run['pretraining']['steps']} {run['pretraining']['objective']} pretraining + " + text
   if run['shortened']:
     text += '; SHORTENED: ' + ', '.join(run['shortened'])
   if run.get('overrides'):
