@@ -400,10 +400,13 @@ def validation_at(step: int, runs, state, start_step: int, evaluate, val_split, 
 
 
 def validate(runs, state, step: int, val: dict, monitor, is_writer: bool) -> None:
-  """Writes each seed's validation metrics and keeps its best checkpoint."""
+  """Writes each seed's validation metrics (a pretraining phase's: its token check on training
+  inputs) and keeps its best checkpoint."""
+  what = ('token check accuracy' if runs[0].config.get('pretraining', {}).get('is_phase')
+          else 'val accuracy')
   for i, run in enumerate(runs):
     monitor.write(step, i, {'val_loss': val['loss'][i], 'val_accuracy': val['accuracy'][i]})
-    say(is_writer, f'seed {run.seed} step {step}: val accuracy {val["accuracy"][i]:.4f}, '
+    say(is_writer, f'seed {run.seed} step {step}: {what} {val["accuracy"][i]:.4f}, '
         f'loss {val["loss"][i]:.4f}')
     if val['accuracy'][i] > run.best['val_accuracy']:
       run.best = {'step': step, 'val_accuracy': float(val['accuracy'][i]),
