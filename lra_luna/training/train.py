@@ -188,7 +188,8 @@ def run_phases(config, runs, overwrite: bool, stop) -> list[dict]:
                                                                 is_writer),
       schedule=steps.make_schedule(config), enabled=is_writer)
   label = config_lib.model_label(config)  # The preset name, or a plug-in's class name.
-  say(is_writer, f'{config.task} / {label}, seeds {seeds}: {num_params} parameters; '
+  phase = '' if objective is None else f', {objective.name} pretraining'
+  say(is_writer, f'{config.task} / {label}{phase}, seeds {seeds}: {num_params} parameters; '
       f'starting at step {start_step} of {config.num_train_steps}.')
   evaluate = steps.make_evaluator(config, graphdef, mesh, objective)
   state, last_val = train_loop(config, runs, state, start_step, data, evaluate, graphdef, tx,
