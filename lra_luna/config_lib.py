@@ -26,7 +26,7 @@ import lra_luna
 TASKS = tuple(tasks.TASKS)  # the task registry (lra_luna/tasks.py)
 # Model name -> its registry entry (lra_luna/registry.py): the config words of the models.
 MODELS = registry.MODELS
-SCHEDULES = ('rsqrt', 'cosine', 'linear')
+SCHEDULES = ('rsqrt', 'cosine', 'linear', 'constant')
 # jax.default_matmul_precision of a run: 'default' is JAX's (on recent NVIDIA GPUs float32
 # matmuls run as TF32, on TPUs as bfloat16 passes), 'high' 3 bf16 passes / TF32 on TPUs and GPUs,
 # 'highest' true float32 everywhere. CPUs compute float32 matmuls in float32 whatever this is.
@@ -46,6 +46,7 @@ WORDS = {
     'fp16': False,      # float16 compute with dynamic loss scaling (the authors' fairseq --fp16)
     'smoke': False,     # a smoke test: full shapes, SMOKE_STEPS steps, SMOKE_EVAL_BATCHES batches
     'rotary': False,    # rotary positions (RoFormer) instead of the model's own (docs/positions.md)
+    'spt': False,       # self-pretraining on the task's training inputs, then fine-tuning (spt.py)
 }
 # What each word does, for run_lra.py --help (every WORDS key has a line; tested).
 WORD_HELP = {
@@ -152,10 +153,31 @@ def base_config() -> ml_collections.ConfigDict:
   c.progress_bar = True             # stderr progress: a bar on a terminal, else lines; off if $CI
   c.matmul_precision = 'default'    # one of MATMUL_PRECISIONS (jax.default_matmul_precision)
   c.smoke = False                   # a smoke test (the word smoke): results and reports say so
+  c.pretraining = pretraining_config()  # self-pretraining (the word spt), off by default
+  # Fine-tune from the finished pretraining of another run folder (its pretraining/ subfolder).
+  c.pretrained = ''
   # The model: every field of ModelConfig with its default (models/model_config.py says what
   # each one is and checks it).
   c.model = dataclasses.asdict(model_config.ModelConfig())
   return c
+
+
+def pretraining_config() -> ml_collections.ConfigDict:
+  """config.pretraining (SPT, the word spt; lra_luna/spt.py, docs/spt.md): with an objective, a
+  first phase trains the encoder on the training split's inputs, the run then fine-tunes it."""
+  p = ml_collections.ConfigDict()
+  p.objective = ''                  # '' (train from scratch) | 'masked' | 'causal'
+  p.mask_rate = 0.5                 # masked: share of the real tokens replaced by the mask id
+  p.num_train_steps = 0             # optimizer steps of the pretraining phase
+  p.warmup_steps = 0                # its schedule's warmup
+  p.schedule = 'constant'           # its schedule (SCHEDULES)
+  p.learning_rate = 0.0             # its peak learning rate
+  p.weight_decay = 0.0              # its AdamW weight decay
+  # Pretraining seed: >= 0 one pretraining for every fine-tuning seed (the authors fine-tune
+  # from one checkpoint), -1 each fine-tuning seed pretrains with its own seed.
+  p.seed = 0
+  p.is_phase = False                # set in the pretraining phase's own config (not by hand)
+  return p
 
 
 def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
@@ -191,6 +213,8 @@ def use_smoke_settings(config: ml_collections.ConfigDict) -> ml_collections.Conf
   config.batch_size = min(config.batch_size, SMOKE_BATCH_SIZE)
   config.eval_batch_size = min(config.eval_batch_size, SMOKE_BATCH_SIZE)
   config.grad_accumulation_steps = 1
+  if config.pretraining.objective:
+    config.pretraining.num_train_steps = SMOKE_STEPS
   train_examples = SMOKE_STEPS * config.batch_size
   eval_examples = SMOKE_EVAL_BATCHES * config.eval_batch_size - config.eval_batch_size // 2
   if 'listops' in config:
@@ -206,14 +230,23 @@ def use_smoke_settings(config: ml_collections.ConfigDict) -> ml_collections.Conf
   return config
 
 
+# The label suffix of a self-pretrained run (spt.py): its sweep folder, results and report rows
+# stand beside the same model's from scratch.
+SPT_SUFFIX = registry.SPT_SUFFIX
+
+
 def model_label(config: ml_collections.ConfigDict) -> str:
   """What results, sweep folders, reports and profiles call config's model: its preset name, or
-  the class name of a plug-in attention (plugins.py); `<name>+rotary` with rotary positions."""
+  the class name of a plug-in attention (plugins.py); then `+rotary` with rotary positions and
+  `+spt` when self-pretrained (registry.ROTARY_SUFFIX, SPT_SUFFIX)."""
   from lra_luna.models import plugins  # Imported here: report reads labels without JAX.
   attention = config.model.attention
   name = plugins.label(attention) if plugins.is_plugin(attention) else config.model_name
   rotary = config.model.get('positions') == 'rotary'
-  return name + (registry.ROTARY_SUFFIX if rotary else '')
+  pretraining = config.get('pretraining', {})
+  spt = bool(pretraining.get('objective') or config.get('pretrained'))
+  return (name + (registry.ROTARY_SUFFIX if rotary else '')
+          + (registry.SPT_SUFFIX if spt else ''))
 
 
 def _check_choice(field: str, value, choices) -> None:
@@ -260,6 +293,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if not 0 <= config.max_truncated_fraction <= 1:
     raise ValueError(f'config.max_truncated_fraction must be in [0, 1], got '
                      f'{config.max_truncated_fraction}.')
+  if config.get('pretraining', {}).get('objective') or config.get('pretrained'):
+    from lra_luna import spt  # pylint: disable=import-outside-toplevel
+    spt.validate(config)
 
 
 def check_accumulation(steps, batch_per_device: int, devices: int = 1) -> None:
@@ -401,6 +437,9 @@ def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
   config = module.get_config() if arg is None else module.get_config(arg)
+  if parse_arg(arg).spt:  # every task config's self-pretraining, before smoke and the overrides
+    from lra_luna import spt  # pylint: disable=import-outside-toplevel
+    spt.use_spt_settings(config)
   if parse_arg(arg).smoke:  # every task config's smoke test, before the overrides
     use_smoke_settings(config)
   if parse_arg(arg).rotary:  # every task config's rotary positions, before the overrides
@@ -510,8 +549,14 @@ def preset_overrides(config: ml_collections.ConfigDict) -> list[str] | None:
 
 def run_record(config: ml_collections.ConfigDict) -> dict:
   """What results.json['run'] records of how a run trained: its preset, protocol, model entry,
-  steps against the full run's, overrides of its preset and shortened_reasons."""
+  steps against the full run's, overrides of its preset and shortened_reasons; a
+  self-pretrained run (spt.py) its pretraining's objective and steps too."""
   steps = full_run_steps(config)
-  return {'preset': config.get('preset', ''), 'protocol': config.protocol,
-          'model': config.model_name, 'steps': config.num_train_steps, 'full_steps': steps,
-          'overrides': preset_overrides(config), 'shortened': shortened_reasons(config, steps)}
+  record = {'preset': config.get('preset', ''), 'protocol': config.protocol,
+            'model': config.model_name, 'steps': config.num_train_steps, 'full_steps': steps,
+            'overrides': preset_overrides(config), 'shortened': shortened_reasons(config, steps)}
+  pretraining = config.get('pretraining', {})
+  if pretraining.get('objective') and not pretraining.get('is_phase'):
+    record['pretraining'] = {'objective': pretraining.objective,
+                             'steps': pretraining.num_train_steps}
+  return record

@@ -73,13 +73,15 @@ def get(name: str) -> Model:
   return MODELS[name]
 
 
-# A run of a model with rotary positions is named `<model>+rotary` (results, sweep folders, rows).
+# A run of a model with rotary positions is named `<model>+rotary`, a self-pretrained one
+# `<model>+spt` (both: `<model>+rotary+spt`), in results, sweep folders and report rows.
 ROTARY_SUFFIX = '+rotary'
+SPT_SUFFIX = '+spt'
 
 
 def base_name(name: str) -> str:
-  """The registry name of a run's model name: without ROTARY_SUFFIX."""
-  return name.removesuffix(ROTARY_SUFFIX)
+  """The registry name of a run's model name: without SPT_SUFFIX and ROTARY_SUFFIX."""
+  return name.removesuffix(SPT_SUFFIX).removesuffix(ROTARY_SUFFIX)
 
 
 def run_model_names() -> list[str]:
@@ -89,12 +91,14 @@ def run_model_names() -> list[str]:
 
 
 def label(name: str) -> str:
-  """A model's table label ('Transformer + rotary' for 'transformer+rotary'); a name that is no
-  entry (a plug-in's class name) as it is."""
+  """A model's table label ('Transformer + rotary' for 'transformer+rotary', '... + SPT' for a
+  self-pretrained run); a name that is no entry (a plug-in's class name) as it is."""
   base = base_name(name)
   if base not in MODELS:
     return name
-  return MODELS[base].label + (' + rotary' if name != base else '')
+  rotary = name.removesuffix(SPT_SUFFIX).endswith(ROTARY_SUFFIX)
+  return (MODELS[base].label + (' + rotary' if rotary else '')
+          + (' + SPT' if name.endswith(SPT_SUFFIX) else ''))
 
 
 def heads_of(attention: str) -> tuple:

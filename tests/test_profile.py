@@ -346,7 +346,8 @@ def test_the_sweep_sends_each_point_to_a_worker_on_a_faked_tpu(tiny_config, tmp_
   fake_platform(monkeypatch, 'tpu')
   asked = []
 
-  def worker(args, model_name, length):
+  def worker(args, model_name, length, objective='classification'):
+    assert objective == 'classification'
     asked.append((model_name, length))
     return fabricated_point(model_name, length, 1.0, 1000)
 

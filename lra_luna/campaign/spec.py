@@ -18,7 +18,7 @@ from lra_luna.models import model_config
 from lra_luna.training import run_folder
 import lra_luna
 
-VARIANTS = ('', 'quick')
+VARIANTS = ('', 'quick', 'spt', 'quick,spt')  # config words; 'spt': self-pretrained (spt.py)
 PROTOCOL_SEEDS = 5  # seeds per row in the papers' tables
 # Ready specs: campaigns/ of the checkout (a wheel ships none).
 SPEC_DIR = lra_luna.CHECKOUT / 'campaigns' if lra_luna.CHECKOUT else None
@@ -38,7 +38,8 @@ def base_spec() -> ml_collections.ConfigDict:
   c.heads = ['cls']
   c.seeds = [0, 1, 2, 3, 4]         # training seeds, vmapped within a group
   c.protocol = 'lra'                # protocols.PROTOCOLS: 'lra' | 'paper' (the authors')
-  c.variant = ''                    # '' the full configs | 'quick' the 2-core CPU variants
+  c.variant = ''                    # '' the full configs | 'quick' the 2-core CPU variants;
+  #                                   'spt' / 'quick,spt' the same, self-pretrained first
   c.overrides = []                  # 'key=value' config fields for every run, as sweep --override
   p = c.profile = ml_collections.ConfigDict()  # Table 2: lra_luna/profile.py's flags
   p.enabled = True                  # run the profiler once every group has finished

@@ -4,9 +4,12 @@
                and `attention/base.py`, what they are built from (`QKVOutAttention`)
   blocks/      encoder blocks that are no attention (S4D, Mega, S5, LRU)
   encoder/     the one encoder: embedding, Luna's P and layers, the block encoder and its protocol
-  heads/       what reads the encoder's output (classification: pooling and the MLP)
+  heads/       what reads the encoder's output (classification: pooling and the MLP;
+               pretraining: the token head)
+  objectives/  self-pretraining's objectives: masking and the losses (masked, next-token)
   nn/          building blocks shared by all (Linear, dropout, LayerNorm, feed-forward)
   classifier.py      encoder + classification head: the LRA task models, `build_model`
+  pretraining.py     encoder + token head: the pretraining models, `transfer_encoder`
   model_config.py    every model setting (no JAX)
   plugins.py         your own attention from a file
 """

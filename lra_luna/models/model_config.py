@@ -22,6 +22,12 @@ DTYPES = ('float32', 'bfloat16', 'float16')
 PAIR_FEATURES = ('concat', 'full', 'concat_reversed')
 DUAL_HEAD_LAYERS = (1, 2)
 ATTENTION_IMPLEMENTATIONS = ('vanilla', 'fused')
+# The attentions (and blocks) with a causal form (`causal`: position t reads positions <= t):
+# the softmax Transformer (vanilla), Luna (eq. 7, attention/causal_luna.py), S4D (its one-sided
+# kernel) and Mega (its one-sided EMA, causal attention).
+CAUSAL_ATTENTIONS = ('softmax', 'luna', 's4d', 'mega')
+# The pretraining objectives (config.pretraining.objective; models/objectives, spt.py).
+PRETRAINING_OBJECTIVES = ('masked', 'causal')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +67,11 @@ class ModelConfig:
   normalize_before: bool = False    # pre-LN layers (reference option); default post-LN (eq. 6)
   contextual_p: bool = True         # P' of layer i feeds layer i+1; False = own P per layer
   p_init: str = 'learned'           # P at the input: 'learned' table | 'sinusoidal' (fixed)
+  # Self-pretraining (config.pretraining, models/objectives): the embedding holds a row for the
+  # mask id (vocab_size + 1) of the masked objective; the encoder is causal (the causal
+  # objective: position t reads positions <= t only, in pretraining and fine-tuning alike).
+  mask_token: bool = False
+  causal: bool = False
   # Filled in from the data at run time.
   vocab_size: int = 0               # token ids are 0..vocab_size-1 ([CLS] is vocab_size)
   num_classes: int = 0              # output classes

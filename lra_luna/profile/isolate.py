@@ -122,7 +122,8 @@ def dead_worker_point(model_name: str, length: int, returncode: int, stderr: str
   return measure.failed_point(label, length, 'crash', f'{how}: {line}' if line else how)
 
 
-def worker_command(args, model_name: str, length: int, result_path) -> list[str]:
+def worker_command(args, model_name: str, length: int, result_path,
+                   objective: str = 'classification') -> list[str]:
   """`python -m lra_luna.profile` for one point, written to result_path."""
   return [sys.executable, '-m', 'lra_luna.profile', '--point_output', str(result_path),
           '--models', model_name, '--lengths', str(length), '--config', args.config,
@@ -130,16 +131,18 @@ def worker_command(args, model_name: str, length: int, result_path) -> list[str]
           '--warmup', str(args.warmup), '--repeats', str(args.repeats),
           '--host_memory_gib', str(args.host_memory_gib),
           '--memory_only' if args.memory_only else '--no-memory_only',
-          '--flops_only' if args.flops_only else '--no-flops_only']
+          '--flops_only' if args.flops_only else '--no-flops_only', '--objective', objective]
 
 
-def profile_point_isolated(args, model_name: str, length: int) -> dict:
+def profile_point_isolated(args, model_name: str, length: int,
+                           objective: str = 'classification') -> dict:
   """One point in a fresh Python process: its point (ok, OOM, or a crash it caught itself), or
   dead_worker_point's where it died without writing one."""
   with tempfile.TemporaryDirectory() as tmp:
     result_path = pathlib.Path(tmp) / 'point.json'
-    done = subprocess.run(worker_command(args, model_name, length, result_path),
+    done = subprocess.run(worker_command(args, model_name, length, result_path, objective),
                           capture_output=True, text=True, env=worker_environment())
     if result_path.exists():
       return json.loads(result_path.read_text())
-  return dead_worker_point(model_name, length, done.returncode, done.stderr)
+  return dead_worker_point(measure.point_label(model_name, objective), length, done.returncode,
+                           done.stderr)

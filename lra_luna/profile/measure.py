@@ -14,6 +14,7 @@ import numpy as np
 
 from lra_luna import config_lib
 from lra_luna import datasets
+from lra_luna import spt
 from lra_luna.models import plugins
 from lra_luna.training import steps
 
@@ -38,15 +39,32 @@ def load_config(spec: str, model_name: str):
   return config
 
 
-def point_config(spec: str, model_name: str, length: int, batch_size: int, dtype: str):
+# What a profile point's step trains: the classifier, or a pretraining objective (spt.py).
+OBJECTIVES = ('classification', *spt.OBJECTIVES)
+
+
+def point_config(spec: str, model_name: str, length: int, batch_size: int, dtype: str,
+                 objective: str = 'classification'):
   """The task config of one profile point: its model at `length` tokens, `batch_size`, `dtype`
-  (the model's compute dtype)."""
+  (the model's compute dtype); with a pretraining `objective` the config of the pretraining
+  phase (spt.phase_config: the token head at every position; causal with the mean head)."""
   config = load_config(spec, model_name)
   config.max_length = length
   config.batch_size = batch_size
   config.model.dtype = dtype
+  if objective != 'classification':
+    spt.use_spt_settings(config).pretraining.objective = objective
+    if objective == 'causal':
+      config.model.head = 'mean'
+    config = spt.phase_config(config)
   config_lib.validate(config)
   return config
+
+
+def point_label(model_name: str, objective: str) -> str:
+  """A point's model label: a pretraining step's is the model's with its objective."""
+  label = plugins.label(model_name)
+  return label if objective == 'classification' else f'{label} [{objective}]'
 
 
 def matmul_precision(config) -> str:
@@ -77,17 +95,19 @@ def build_step(config):
   # Training reads these from the data; profiling needs no data (only the embedding and the
   # last layer depend on them).
   vocab_size, num_classes = datasets.task_sizes(config.task, config.append_eos)
-  model = steps.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
-                                                           num_classes=num_classes))
+  sizes = types.SimpleNamespace(vocab_size=vocab_size, num_classes=num_classes, source={})
+  model = steps.model_config(config, sizes)
+  objective = steps.pretraining_objective(config, sizes)
   tx = steps.make_optimizer(config)
-  graphdef, state, num_params = steps.init_state(model, config.seed, tx)
+  graphdef, state, num_params = steps.init_state(model, config.seed, tx, objective)
   rng = np.random.default_rng(config.seed)
   input_names = ('inputs1', 'inputs2') if model.dual_encoder else ('inputs',)
   # Ids from 1: no padding, so every model works on the full length.
   batch = {name: rng.integers(1, vocab_size, (config.batch_size, config.max_length), np.int32)
            for name in input_names}
   batch['targets'] = rng.integers(0, num_classes, (config.batch_size,), np.int32)
-  step = jax.jit(functools.partial(steps.train_step, graphdef=graphdef, tx=tx), donate_argnums=0)
+  step = jax.jit(functools.partial(steps.train_step, graphdef=graphdef, tx=tx,
+                                   objective=objective), donate_argnums=0)
   return (step, jax.device_put(state), jax.device_put(batch), jax.random.key(config.seed),
           num_params)
 
@@ -255,13 +275,15 @@ def first_line(error: BaseException) -> str:
   return f'{type(error).__name__}: {lines[0] if lines else ""}'.strip()
 
 
-def profile_point(args, model_name: str, length: int, *, crash_ok: bool = False) -> dict:
+def profile_point(args, model_name: str, length: int, *, crash_ok: bool = False,
+                  objective: str = 'classification') -> dict:
   """One point in this process. Out of memory gives an OOM point; any other error is raised, or
   with `crash_ok` (a worker process, whose parent goes on with the sweep) gives a crash point
   with the error's first line."""
-  label = plugins.label(model_name)
+  label = point_label(model_name, objective)
   try:
-    config = point_config(args.config, model_name, length, args.batch_size, args.dtype)
+    config = point_config(args.config, model_name, length, args.batch_size, args.dtype,
+                          objective)
     result = measure_point(config, warmup=args.warmup, repeats=args.repeats,
                            memory_only=args.memory_only, flops_only=args.flops_only,
                            host_memory=int(args.host_memory_gib * 2**30))
@@ -271,6 +293,6 @@ def profile_point(args, model_name: str, length: int, *, crash_ok: bool = False)
     if not crash_ok:
       raise
     return failed_point(label, length, 'crash', first_line(error))
-  return {'model': label, 'length': length, 'dtype': args.dtype,
+  return {'model': label, 'objective': objective, 'length': length, 'dtype': args.dtype,
           'matmul_precision': matmul_precision(config),
           'attention_implementation': attention_implementation(config), **result}

@@ -28,12 +28,15 @@ what `campaign --estimate --assume_tflops` uses where no GPU can time the steps)
 
 Writes to --out_dir: profile.json (every point), table2.md and table2.tex (speed and memory
 relative to the vanilla Transformer, the paper's rows beside ours) and scaling.png.
+`--objective masked|causal` measures each model's pretraining step (spt.py: the token head at
+every position, docs/spt.md) beside its classification step, as its own row `<model> [masked]`.
 Any task config works: --config configs/<task>.py[:arg]; the default is configs/text.py.
 Your own attention joins with `--models transformer,path/to/file.py:Class`
 (lra_luna/models/plugins.py; its constructor defaults, labelled by its class name).
 """
 
 import argparse
+import itertools
 import json
 import pathlib
 import sys
@@ -102,6 +105,9 @@ def make_parser() -> cli.ArgumentParser:
                       default=measure.host_memory_bytes() / 2**30,
                       help="on a CPU, points whose memory estimate exceeds this are skipped "
                       "(default: this machine's physical memory)")
+  parser.add_argument('--objective', default='classification', choices=measure.OBJECTIVES,
+                      help='masked | causal: each model\'s pretraining step (spt.py: the token '
+                      'head at every position) beside its classification step, as its own row')
   parser.add_argument('--point_output', default=None, help=argparse.SUPPRESS)  # worker mode
   return parser
 
@@ -154,7 +160,8 @@ def sweep_header(args, device: dict, isolated: bool) -> dict:
   return {'device': device, 'task': config.task, 'config': args.config,
           'batch_size': args.batch_size, 'dtype': args.dtype,
           'matmul_precision': measure.matmul_precision(config),
-          'models': [plugins.label(name) for name in args.models],
+          'models': [measure.point_label(name, objective) for name in args.models
+                     for objective in dict.fromkeys(('classification', args.objective))],
           'lengths': args.lengths, 'repeats': args.repeats, 'warmup': args.warmup,
           'memory_only': args.memory_only, 'flops_only': args.flops_only,
           'host_memory_gib': args.host_memory_gib, 'isolated': isolated,
@@ -165,7 +172,8 @@ def sweep_header(args, device: dict, isolated: bool) -> dict:
 def run_worker(args) -> None:
   """Worker mode (--point_output): one point in this fresh process, written where the parent
   reads it; a failure other than out of memory is written as a crash."""
-  point = measure.profile_point(args, args.models[0], args.lengths[0], crash_ok=True)
+  point = measure.profile_point(args, args.models[0], args.lengths[0], crash_ok=True,
+                               objective=args.objective)
   pathlib.Path(args.point_output).write_text(json.dumps(point))
 
 
@@ -179,10 +187,11 @@ def main(argv=None) -> dict | None:
   results = sweep_header(args, device, isolated)
   out_dir = pathlib.Path(args.out_dir)
   print(tabulate.setting_line(results), flush=True)
-  for model_name in args.models:
+  objectives = dict.fromkeys(('classification', args.objective))  # each model's steps
+  for model_name, objective in itertools.product(args.models, objectives):
     for length in args.lengths:
-      point = (isolate.profile_point_isolated(args, model_name, length) if isolated
-               else measure.profile_point(args, model_name, length))
+      point = (isolate.profile_point_isolated(args, model_name, length, objective) if isolated
+               else measure.profile_point(args, model_name, length, objective=objective))
       results['points'].append(point)
       print(tabulate.describe(point), flush=True)
       write_outputs(results, out_dir)  # After every point, so an interrupted sweep keeps its data.

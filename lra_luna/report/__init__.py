@@ -9,6 +9,8 @@ path) and writes to out_dir (default SWEEP_DIR/report), each table through lra_l
   seeds with n; the average over the five tasks and without Retrieval; the papers' rows beside.
 - table3.{md,tex,csv}: Luna's [CLS] (`cls`) vs mean-pooled final P (`mean_p`) on ListOps, Text,
   Retrieval, with their average; only the heads that ran.
+- table_spt.{md,tex,csv} (when the folder holds self-pretrained runs, `<model>+spt`): each model
+  and head from scratch beside the same after self-pretraining (docs/spt.md), per task.
 - figure1.{png,pdf}: accuracy (y) vs training steps/s (x), circle area proportional to memory.
 - positions.{md,tex,csv}, when runs with rotary positions (`<model>+rotary`) sit beside their
   model's: own vs rotary positions per task and their difference (docs/positions.md).
@@ -56,4 +58,4 @@ from lra_luna.report.runs import (AVG, AVG_NO_RETRIEVAL, CHECKPOINTS, MISSING, T
                                   average, describe_run, describe_training, load_results,
                                   run_records, seed_statistics, summarize)
 from lra_luna.report.sources import CAMPAIGN_FILE, campaign_note, data_sources, describe_data
-from lra_luna.report.tables import AccuracyTable, Row, as_table, table1, table3
+from lra_luna.report.tables import AccuracyTable, Row, as_table, table1, table3, table_spt

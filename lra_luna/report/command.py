@@ -44,9 +44,10 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None)
   paths = []
   for build, task_names in ((accuracy_tables.table1, runs.TASK_NAMES),
                             (accuracy_tables.table3, published.CLS_VS_P_TASKS),
-                            (accuracy_tables.positions_table, runs.TASK_NAMES)):
+                            (accuracy_tables.positions_table, runs.TASK_NAMES),
+                            (accuracy_tables.table_spt, runs.TASK_NAMES)):
     table = build(summary, checkpoint, runs.run_records(results, task_names))
-    if table is None:  # the positions table: no run with rotary positions
+    if table is None:  # no run with rotary positions, or none self-pretrained
       continue
     table.notes.insert(0, sources.data_note(data, [key for key, _ in table.columns]))
     paths += tables.write(accuracy_tables.as_table(table, checkpoint, note), out_dir)

@@ -35,6 +35,7 @@ def load_results(sweep_dir) -> list[dict]:
     if missing:
       raise ValueError(f'{path}: no {", ".join(missing)} field; not a results.json of '
                        'run_lra.py. Move it out of the sweep folder.')
+    result = {**result, 'model': regime_label(result)}
     key = tuple(result[k] for k in RESULT_KEYS)
     if key in seen:
       # Averaging a run twice would weigh it double; the user must say which one counts.
@@ -42,6 +43,15 @@ def load_results(sweep_dir) -> list[dict]:
     seen[key] = path
     found.append({**result, 'workdir': path.parent})
   return found
+
+
+def regime_label(result: dict) -> str:
+  """A run's model label with config_lib.SPT_SUFFIX when it was self-pretrained (its results.json
+  has a `pretraining` section), however old the label."""
+  model = result['model']
+  if 'pretraining' in result and not model.endswith(config_lib.SPT_SUFFIX):
+    return model + config_lib.SPT_SUFFIX
+  return model
 
 
 def accuracy_of(result: dict, checkpoint: str) -> float:
@@ -84,12 +94,12 @@ def average(cells: dict, task_names) -> Cell | None:
 
 
 def row_order(key):
-  """Models in config_lib.MODELS order (a `+rotary` run after its model), then heads in HEADS
-  order."""
+  """Models in config_lib.MODELS order (each with its own positions, then `+rotary`, each from
+  scratch, then self-pretrained), then heads in HEADS order."""
   model, head = key
-  models = list(config_lib.MODELS)
   base = registry.base_name(model)
-  return (models.index(base) if base in models else len(models), model,
+  models = list(config_lib.MODELS)
+  return (models.index(base) if base in models else len(models), base, model,
           HEADS.index(head) if head in HEADS else len(HEADS), head)
 
 
@@ -118,6 +128,8 @@ def describe_run(run: dict | None) -> str:
   if not run:
     return 'not recorded'
   text = f"{run['steps']} steps ({run['protocol']})"
+  if run.get('pretraining'):  # self-pretrained (spt.py)
+    text = f"{run['pretraining']['steps']} {run['pretraining']['objective']} pretraining + " + text
   if run['shortened']:
     text += '; SHORTENED: ' + ', '.join(run['shortened'])
   if run.get('overrides'):

@@ -3,6 +3,7 @@ report.runs as cells, then laid out as Markdown, LaTeX and CSV by lra_luna/table
 
 import dataclasses
 
+from lra_luna import config_lib
 from lra_luna import published
 from lra_luna import registry
 from lra_luna import tables
@@ -107,8 +108,9 @@ def positions_table(summary: dict, checkpoint: str,
   """The positions ablation: each model with its own positions, with rotary positions
   (`<model>+rotary`) and the difference of their means (rotary - own), per task that ran and on
   average over the tasks both ran; None when no run used rotary positions."""
-  pairs = sorted({(registry.base_name(m), h) for m, h in summary
-                  if m != registry.base_name(m) and (registry.base_name(m), h) in summary},
+  own_name = lambda m: m.removesuffix(registry.ROTARY_SUFFIX)
+  pairs = sorted({(own_name(m), h) for m, h in summary
+                  if m.endswith(registry.ROTARY_SUFFIX) and (own_name(m), h) in summary},
                  key=row_order)
   if not pairs:
     return None
@@ -128,6 +130,35 @@ def positions_table(summary: dict, checkpoint: str,
            f'test accuracy (%), {CHECKPOINTS[checkpoint]}; mean ± sample std over seeds (n '
            'seeds); Δ: the difference of the means.')
   return AccuracyTable('positions', title + training_title(rows[:-1]), columns, rows)
+# Where the published SPT rows would come from, and why there are none (docs/spt.md).
+PUBLISHED_SPT_NOTE = ('Published SPT rows (Amos, Berant, Gupta, ICLR 2024, arXiv 2310.02980): not '
+                      'shown; no stored copy of the paper with its results tables was found '
+                      '(docs/spt.md).')
+
+
+def table_spt(summary: dict, checkpoint: str, training: dict | None = None) -> AccuracyTable:
+  """Table SPT: each model and head trained from scratch beside the same self-pretrained
+  (`<model>+spt`: spt.py, Amos et al. 2024 §3), on every task either ran; None without SPT."""
+  suffix = config_lib.SPT_SUFFIX
+  pairs = sorted({(model.removesuffix(suffix), head) for model, head in summary
+                  if model.endswith(suffix)}, key=row_order)
+  if not pairs:
+    return None
+  ran = {task for key in summary for task in summary[key]}
+  task_names = [t for t in TASK_NAMES if t in ran]
+  columns = [(t, TASK_NAMES[t]) for t in task_names] + [(AVG, 'Avg.')]
+  rows = []
+  for group, (model, head) in enumerate(pairs):
+    for label in (model, model + suffix):
+      if (label, head) in summary:
+        cells = summary[(label, head)]
+        rows.append(Row(label, head, 'ours', {**cells, AVG: average(cells, task_names)}, group,
+                        (training or {}).get((label, head), [])))
+  title = (f'Table SPT: test accuracy (%) from scratch (<model>) and after self-pretraining '
+           f'on the training inputs (<model>{suffix}), {CHECKPOINTS[checkpoint]}; ours: mean ± '
+           'sample std over seeds (n seeds).')
+  return AccuracyTable('table_spt', title + training_title(rows), columns, rows,
+                       [PUBLISHED_SPT_NOTE])
 
 
 def format_cell(cell: Cell | None) -> str:

@@ -6,6 +6,9 @@ checkpoints go, how a folder is checked and started, and the error a run stops w
   <workdir>/checkpoints/latest/<step>/  the latest checkpoint, for resuming (checkpoints.py)
   <workdir>/checkpoints/best/<step>/    the best checkpoint on validation
   <workdir>/results.json                the final validation and test metrics
+  <workdir>/pretraining/                the pretraining phase of a self-pretrained run (spt.py):
+                                        a run folder of its own (config, checkpoints, metrics,
+                                        results.json of the pretraining)
 
 No JAX here: `report` reads run folders with this module alone.
 """
@@ -29,6 +32,14 @@ CHECKPOINT_FOLDERS = {'best': 'best', 'last': 'latest'}
 
 class TrainingError(RuntimeError):
   """The run cannot go on (non-finite loss or gradient, a workdir of another run)."""
+
+
+PRETRAINING_DIR = 'pretraining'
+
+
+def pretraining_dir(workdir) -> pathlib.Path:
+  """<workdir>/pretraining: the run folder of a run's pretraining phase."""
+  return pathlib.Path(workdir) / PRETRAINING_DIR
 
 
 def checkpoint_dir(workdir, which: str) -> pathlib.Path:
@@ -153,8 +164,10 @@ def parse_sweep_run_dir(sweep_dir, workdir) -> tuple[str, str, str, int] | None:
 
 
 def result_files(sweep_dir) -> list[pathlib.Path]:
-  """Every results.json under a folder (a sweep, a campaign or any folder of run folders)."""
-  return sorted(pathlib.Path(sweep_dir).rglob(RESULTS_FILE))
+  """Every results.json under a folder (a sweep, a campaign or any folder of run folders); a
+  self-pretrained run's pretraining/results.json is part of its run, not a run."""
+  return sorted(path for path in pathlib.Path(sweep_dir).rglob(RESULTS_FILE)
+                if path.parent.name != PRETRAINING_DIR)
 
 
 def report_dir(sweep_dir) -> pathlib.Path:

@@ -22,6 +22,8 @@ from lra_luna.datasets import input_pipeline
 from lra_luna.models import attention
 from lra_luna.models import classifier as models
 from lra_luna.models.blocks import lru
+from lra_luna.models import objectives as objectives_lib
+from lra_luna.models import pretraining
 from lra_luna.models.blocks import s4d
 from lra_luna.models.blocks import s5
 from lra_luna.models.model_config import ModelConfig
@@ -29,9 +31,23 @@ from lra_luna.training import host_memory
 
 
 def model_config(config, data) -> ModelConfig:
-  """The checked, typed config.model, with the fields that come from the data filled in."""
+  """The checked, typed config.model, with the fields that come from the data (and from
+  config.pretraining: the mask id's row, the causal encoder) filled in."""
+  objective = config.get('pretraining', {}).get('objective', '')
   return ModelConfig.from_config(config.model, vocab_size=data.vocab_size,
-                                 num_classes=data.num_classes, max_length=config.max_length)
+                                 num_classes=data.num_classes, max_length=config.max_length,
+                                 mask_token=objective == 'masked', causal=objective == 'causal')
+
+
+def pretraining_objective(config, data) -> objectives_lib.Objective | None:
+  """The pretraining objective of a pretraining phase's config (`spt.phase_config`); None for
+  classification."""
+  if not config.get('pretraining', {}).get('is_phase', False):
+    return None
+  return objectives_lib.Objective(
+      config.pretraining.objective, float(config.pretraining.mask_rate), data.vocab_size,
+      mask_id=data.vocab_size + 1, eos_id=int(data.source.get('eos_id', -1)),
+      mask_padding=bool(config.model.mask_padding))
 
 
 def matmul_precision(name: str):
@@ -78,6 +94,9 @@ def make_schedule(config, peak=None):
     decay = max(config.num_train_steps - warmup, 1)
     return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup),
                                  optax.linear_schedule(peak, 0.0, decay)], [warmup])
+  if config.schedule == 'constant':  # the SPT authors' constant_warmup (docs/spt.md)
+    return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup),
+                                 optax.constant_schedule(peak)], [warmup])
   raise ValueError(f'Unknown schedule {config.schedule!r}; valid choices: {config_lib.SCHEDULES}.')
 
 
@@ -165,18 +184,35 @@ def micro_batches(batch: dict, accumulation_steps: int) -> dict:
   return jax.tree.map(split, batch)
 
 
+def loss_sums(model, batch, weights, objective, key, *, deterministic: bool):
+  """(sum of losses, sum of correct predictions, sum of weights) of one batch: the classifier's
+  cross-entropy (weights [B]), or the pretraining objective's token loss (`objective`; its mask
+  drawn from `key`, padding rows of weight 0)."""
+  rngs = None if deterministic else nnx.Rngs(dropout=key)
+  if objective is None:
+    logits = model(batch, deterministic=deterministic, rngs=rngs)
+    return weighted_cross_entropy(logits, batch['targets'], weights)
+  mask_key = (objectives_lib.masking.evaluation_key(objectives_lib.pretraining_sequences(batch))
+              if deterministic else jax.random.fold_in(key, MASK_STREAM))
+  return objectives_lib.token_loss_sums(model, dict(batch, weights=weights), objective,
+                                        mask_key, deterministic=deterministic, rngs=rngs)
+
+
+# The masked objective's mask key is the step's dropout key folded with this.
+MASK_STREAM = 7
+
+
 def batch_gradients(params, constants, batch, rngs_key, scale, *, graphdef,
-                    accumulation_steps: int = 1):
+                    accumulation_steps: int = 1, objective=None):
   """(gradient of the batch's mean cross-entropy, times `scale` where not None; mean loss; mean
   accuracy). With accumulation_steps k > 1 the batch runs as k equal micro-batches in a
   jax.lax.scan (one micro-batch's activations alive at a time) and the gradient and metrics are
   the means over them: those of the whole batch up to float summation order (dropout draws its
-  masks per micro-batch)."""
+  masks per micro-batch). With a pretraining `objective` the loss is its token loss."""
   def loss_fn(params, batch, key):
     model = nnx.merge(graphdef, params, constants)
-    logits = model(batch, deterministic=False, rngs=nnx.Rngs(dropout=key))
-    loss, correct, count = weighted_cross_entropy(logits, batch['targets'],
-                                                  jnp.ones_like(batch['targets'], jnp.float32))
+    loss, correct, count = loss_sums(model, batch, jnp.ones_like(batch['targets'], jnp.float32),
+                                     objective, key, deterministic=False)
     mean = loss / count
     return (mean if scale is None else mean * scale), (mean, correct / count)
 
@@ -198,7 +234,8 @@ def batch_gradients(params, constants, batch, rngs_key, scale, *, graphdef,
   return jax.tree.map(lambda total: total / accumulation_steps, sums)
 
 
-def train_step(state, batch, dropout_key, *, graphdef, tx, accumulation_steps: int = 1):
+def train_step(state, batch, dropout_key, *, graphdef, tx, accumulation_steps: int = 1,
+               objective=None):
   """One AdamW step on the mean cross-entropy; dropout keys are explicit (folded with the step).
   The gradient is accumulated over accumulation_steps micro-batches (batch_gradients;
   config.grad_accumulation_steps).
@@ -211,7 +248,8 @@ def train_step(state, batch, dropout_key, *, graphdef, tx, accumulation_steps: i
   scale = state['loss_scale']['scale'] if 'loss_scale' in state else None
   grads, loss, accuracy = batch_gradients(state['params'], state['constants'], batch, rngs_key,
                                           scale, graphdef=graphdef,
-                                          accumulation_steps=accumulation_steps)
+                                          accumulation_steps=accumulation_steps,
+                                          objective=objective)
   if scale is not None:
     grads = jax.tree.map(lambda g: g / scale, grads)
   updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
@@ -231,9 +269,11 @@ def train_step(state, batch, dropout_key, *, graphdef, tx, accumulation_steps: i
   return new_state, metrics
 
 
-def init_state(model_cfg: ModelConfig, seed: int, tx):
-  """(graphdef, state, number of parameters) of a fresh model described by `model_cfg`."""
-  model = models.build_model(model_cfg, seed)
+def init_state(model_cfg: ModelConfig, seed: int, tx, objective=None):
+  """(graphdef, state, number of parameters) of a fresh model described by `model_cfg`: the
+  classifier, or with a pretraining `objective` the token predictor."""
+  model = (models.build_model(model_cfg, seed) if objective is None
+           else pretraining.build_token_predictor(model_cfg, seed))
   graphdef, params, constants = nnx.split(model, nnx.Param, ...)
   params, constants = nnx.to_pure_dict(params), nnx.to_pure_dict(constants)
   state = {'params': params, 'constants': constants, 'opt_state': tx.init(params),
@@ -243,10 +283,9 @@ def init_state(model_cfg: ModelConfig, seed: int, tx):
   return graphdef, state, models.count_params(model)
 
 
-def eval_step(params, constants, batch, *, graphdef):
+def eval_step(params, constants, batch, *, graphdef, objective=None):
   model = nnx.merge(graphdef, params, constants)
-  logits = model(batch, deterministic=True)
-  return weighted_cross_entropy(logits, batch['targets'], batch['weights'])
+  return loss_sums(model, batch, batch['weights'], objective, None, deterministic=True)
 
 
 def eval_batch_size(config) -> int:
@@ -256,12 +295,12 @@ def eval_batch_size(config) -> int:
   return -(-config.eval_batch_size // devices) * devices
 
 
-def make_evaluator(config, graphdef, mesh):
+def make_evaluator(config, graphdef, mesh, objective=None):
   """evaluate(stacked_state, arrays, on_batch=None) -> {'loss': [seeds], 'accuracy': [seeds],
   'count': int} over every example of one split's arrays (at most config.max_eval_batches
   batches, if set). on_batch(done, total) is called after each batch (progress; it may raise to
   stop the pass)."""
-  eval_fn = jax.jit(jax.vmap(functools.partial(eval_step, graphdef=graphdef),
+  eval_fn = jax.jit(jax.vmap(functools.partial(eval_step, graphdef=graphdef, objective=objective),
                              in_axes=(0, 0, None)))
 
   def evaluate(stacked_state, arrays, on_batch=None):

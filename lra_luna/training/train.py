@@ -32,7 +32,9 @@ from lra_luna import config_lib
 from lra_luna import console
 from lra_luna import datasets
 from lra_luna import learning_curves
+from lra_luna import spt
 from lra_luna.datasets import input_pipeline
+from lra_luna.models import pretraining
 from lra_luna.training import checkpoints as checkpoints_lib
 from lra_luna.training import metrics as metrics_lib
 from lra_luna.training import run_folder
@@ -53,6 +55,7 @@ class SeedRun:
   checkpoints: checkpoints_lib.Checkpoints | None = None
   best: dict = dataclasses.field(default_factory=lambda: {'step': -1, 'val_accuracy': -1.0})
   validation_pending: bool = False   # its latest checkpoint was saved before that step's validation
+  pretrained_from: pathlib.Path | None = None  # the run folder whose pretraining it fine-tunes
 
   @property
   def seed(self) -> int:
@@ -75,6 +78,12 @@ class Interrupted(KeyboardInterrupt):
                saved_step: int | None = None):
     super().__init__(f'{signal_name}: stopped {doing}, {saved}')
     self.signal_name, self.step, self.saved_step = signal_name, step, saved_step
+    self.doing, self.saved = doing, saved
+
+  def in_phase(self, phase: str) -> 'Interrupted':
+    """The same stop, its line naming the phase of a self-pretrained run it stopped in."""
+    return Interrupted(self.signal_name, f'in {phase} {self.doing}', self.saved, self.step,
+                       self.saved_step)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
@@ -98,25 +107,76 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
       if done is not None:
         return done
       with steps.matmul_precision(config.matmul_precision):  # Read when the steps are traced.
-        return run_phases(config, runs, overwrite, stop)
+        if not (config.pretraining.objective or config.pretrained):
+          return run_phases(config, runs, overwrite, stop)
+        pretrain(config, runs, overwrite, stop)  # clears the workdirs it pretrains in
+        return stopped_in('fine-tuning', config, runs, stop, lambda: run_phases(
+            config, runs, overwrite and bool(config.pretrained), stop))
     except StopRequested as e:  # Stopped at once: say what ran and what the folder holds.
       raise Interrupted(e.signal_name, stop.doing(config), saved_on_disk(runs),
                         saved_step=run_folder.saved_step(runs[0].workdir, 'latest')) from None
 
 
+def pretrain(config, runs, overwrite: bool, stop) -> None:
+  """The pretraining phase of a self-pretrained run (spt.py): sets each run's pretrained_from,
+  the run folder whose pretraining/ it fine-tunes (config.pretrained, else the first run of its
+  pretraining seed), and trains the pretrainings not finished yet (on the training inputs)."""
+  if config.pretrained:
+    for run in runs:
+      run.pretrained_from = pathlib.Path(config.pretrained)
+    return
+  if overwrite and jax.process_index() == 0:  # Cleared once, before the pretraining is written.
+    for run in runs:
+      run_folder.start_workdir(run.config, run.workdir, overwrite=True)
+  owners = {}  # pretraining seed -> the run folder that holds it
+  for run in runs:
+    run.pretrained_from = owners.setdefault(spt.pretraining_seed(config, run.seed), run.workdir)
+  todo = {seed: folder for seed, folder in owners.items()
+          if spt.finished_pretraining(folder) is None}
+  for seed, folder in owners.items():
+    if seed not in todo:
+      say(jax.process_index() == 0, f'pretraining finished in '
+          f'{run_folder.pretraining_dir(folder)}; fine-tuning.')
+  if todo:
+    phase = spt.phase_config(config)
+    phase_runs = seed_runs(phase, list(todo), [run_folder.pretraining_dir(f)
+                                               for f in todo.values()], False)
+    stopped_in('pretraining', phase, phase_runs, stop,
+               lambda: run_phases(phase, phase_runs, False, stop))
+
+
+def stopped_in(phase: str, config, runs, stop, run):
+  """run() of one phase of a self-pretrained run; a signal's line names the phase."""
+  try:
+    try:
+      return run()
+    except StopRequested as e:
+      raise Interrupted(e.signal_name, stop.doing(config), saved_on_disk(runs),
+                        saved_step=run_folder.saved_step(runs[0].workdir, 'latest')) from None
+  except Interrupted as e:
+    raise e.in_phase(phase) from None
+
+
 def run_phases(config, runs, overwrite: bool, stop) -> list[dict]:
-  """The run, phase by phase (data, model, training with validation and checkpoints, final)."""
+  """The run, phase by phase (data, model, training with validation and checkpoints, final);
+  a pretraining phase (steps.pretraining_objective) reads the training split's inputs only."""
   seeds = [run.seed for run in runs]
   steps.reuse_freed_host_memory()  # The step's buffers, reused instead of faulted in anew.
   mesh = steps.make_mesh()
   stop.enter('data', immediate=True)
   data = datasets.load_task(config)  # One copy for every seed; each seed its own data order.
+  objective = steps.pretraining_objective(config, data)
+  if objective is not None:
+    data = training_inputs_only(data)
   for run in runs:
     run.train_iter = input_pipeline.train_iterator(data.splits['train'], config.batch_size,
                                                    run.seed)
   stop.enter('model', immediate=True)
   tx = steps.make_optimizer(config)
-  graphdef, states, num_params = init_states(steps.model_config(config, data), seeds, tx)
+  graphdef, states, num_params = init_states(steps.model_config(config, data), seeds, tx,
+                                             objective)
+  if runs[0].pretrained_from is not None:
+    states = with_pretrained_encoders(config, data, runs, states)
   is_writer = jax.process_index() == 0
   for run in runs:
     if is_writer:
@@ -128,25 +188,28 @@ def run_phases(config, runs, overwrite: bool, stop) -> list[dict]:
                                                                 is_writer),
       schedule=steps.make_schedule(config), enabled=is_writer)
   label = config_lib.model_label(config)  # The preset name, or a plug-in's class name.
-  say(is_writer, f'{config.task} / {label}, seeds {seeds}: {num_params} parameters; '
+  phase = '' if objective is None else f', {objective.name} pretraining'
+  say(is_writer, f'{config.task} / {label}{phase}, seeds {seeds}: {num_params} parameters; '
       f'starting at step {start_step} of {config.num_train_steps}.')
-  evaluate = steps.make_evaluator(config, graphdef, mesh)
+  evaluate = steps.make_evaluator(config, graphdef, mesh, objective)
   state, last_val = train_loop(config, runs, state, start_step, data, evaluate, graphdef, tx,
-                               mesh, monitor, stop)
+                               mesh, monitor, stop, objective)
   stop.enter('final', immediate=True)
-  results = final_results(config, runs, state, data, evaluate, label, num_params, monitor,
-                          is_writer, last_val, stop)
+  final = final_results if objective is None else pretraining_results
+  results = final(config, runs, state, data, evaluate, label, num_params, monitor, is_writer,
+                  last_val, stop)
   stop.enter('done', immediate=True)
   monitor.close()
   return results
 
 
 def train_loop(config, runs, state, start_step: int, data, evaluate, graphdef, tx, mesh,
-               monitor, stop):
+               monitor, stop, objective=None):
   """Steps start_step + 1 .. num_train_steps with periodic logs, validation and checkpoints;
   (the final state, the validation of the last step when this start ran it, else None)."""
   step_fn = jax.jit(jax.vmap(functools.partial(steps.train_step, graphdef=graphdef, tx=tx,
-                                            accumulation_steps=config.grad_accumulation_steps)),
+                                            accumulation_steps=config.grad_accumulation_steps,
+                                            objective=objective)),
                     donate_argnums=0)
   dropout_keys = jnp.stack([jax.random.fold_in(jax.random.key(run.seed), 1) for run in runs])
   val_split, last_val = data.splits['validation'], None
@@ -223,13 +286,47 @@ def finished_results(runs) -> list[dict] | None:
   return [saved for _, _, saved in results]
 
 
-def init_states(model_cfg, seeds, tx):
+def init_states(model_cfg, seeds, tx, objective=None):
   """(graphdef, one fresh state per seed, number of parameters)."""
   states = []
   for seed in seeds:
-    graphdef, state, num_params = steps.init_state(model_cfg, seed, tx)
+    graphdef, state, num_params = steps.init_state(model_cfg, seed, tx, objective)
     states.append(state)
   return graphdef, states, num_params
+
+
+def training_inputs_only(data):
+  """The pretraining phase's data: the training split (its inputs; the targets are never read)
+  and, for the phase's validation, as many of its first examples as the validation split
+  holds. No validation or test input is read."""
+  train = data.splits['train']
+  count = min(len(next(iter(train.values()))),
+              len(next(iter(data.splits['validation'].values()))))
+  held_in = {name: array[:count] for name, array in train.items()}
+  return dataclasses.replace(data, splits={'train': train, 'validation': held_in})
+
+
+def with_pretrained_encoders(config, data, runs, states) -> list:
+  """Each seed's fresh classifier state with the encoder of the pretraining it fine-tunes (the
+  latest checkpoint of <run.pretrained_from>/pretraining/): the same arrays; a fresh head."""
+  phase = spt.phase_config(config)
+  objective = steps.pretraining_objective(phase, data)
+  _, template, _ = steps.init_state(steps.model_config(phase, data), 0,
+                                    steps.make_optimizer(phase), objective)
+  saved = {}
+  for run in runs:
+    if run.pretrained_from not in saved:
+      folder = run_folder.pretraining_dir(run.pretrained_from)
+      recorded = spt.finished_pretraining(run.pretrained_from) or {}
+      if recorded.get('vocab_size') != data.vocab_size:
+        raise run_folder.TrainingError(
+            f'{folder} pretrained a vocabulary of {recorded.get("vocab_size")} ids, this task '
+            f'has {data.vocab_size}; fine-tune from a pretraining of the same data.')
+      checkpoints = checkpoints_lib.Checkpoints(folder)
+      saved[run.pretrained_from] = checkpoints.restore_state('latest', template)[1]
+      checkpoints.close()
+  return [pretraining.transfer_encoder(state, saved[run.pretrained_from])
+          for run, state in zip(runs, states)]
 
 
 def restore(runs, states, mesh):
@@ -304,10 +401,13 @@ def validation_at(step: int, runs, state, start_step: int, evaluate, val_split, 
 
 
 def validate(runs, state, step: int, val: dict, monitor, is_writer: bool) -> None:
-  """Writes each seed's validation metrics and keeps its best checkpoint."""
+  """Writes each seed's validation metrics (a pretraining phase's: its token check on training
+  inputs) and keeps its best checkpoint."""
+  what = ('token check accuracy' if runs[0].config.get('pretraining', {}).get('is_phase')
+          else 'val accuracy')
   for i, run in enumerate(runs):
     monitor.write(step, i, {'val_loss': val['loss'][i], 'val_accuracy': val['accuracy'][i]})
-    say(is_writer, f'seed {run.seed} step {step}: val accuracy {val["accuracy"][i]:.4f}, '
+    say(is_writer, f'seed {run.seed} step {step}: {what} {val["accuracy"][i]:.4f}, '
         f'loss {val["loss"][i]:.4f}')
     if val['accuracy'][i] > run.best['val_accuracy']:
       run.best = {'step': step, 'val_accuracy': float(val['accuracy'][i]),
@@ -405,6 +505,8 @@ def final_results(config, runs, state, data, evaluate, label, num_params, monito
     # The flat keys report the last checkpoint, as LRA did; `best` is beside it.
     results.update({k: results['last'][k]
                     for k in ('val_accuracy', 'val_loss', 'test_accuracy', 'test_loss')})
+    if run.pretrained_from is not None:
+      results['pretraining'] = pretraining_record(run.pretrained_from)
     monitor.write(total, i, {'test_accuracy': results['test_accuracy'],
                              'test_loss': results['test_loss']})
     if is_writer:
@@ -413,6 +515,46 @@ def final_results(config, runs, state, data, evaluate, label, num_params, monito
     run.checkpoints.close()
     all_results.append(results)
   return all_results
+
+
+def pretraining_results(config, runs, state, data, evaluate, label, num_params, monitor,
+                        is_writer, last_val, stop) -> list:
+  """The end of a pretraining phase: each seed's token loss and accuracy of its last step on the
+  held-in training inputs (training_inputs_only), written to its pretraining/results.json."""
+  total = config.num_train_steps
+  val = (last_val or recorded_validation(runs, total)
+         or evaluation(evaluate, state, data.splits['validation'], monitor, stop,
+                       f'token check of step {total}'))
+  all_results = []
+  for i, run in enumerate(runs):
+    results = {'task': config.task, 'model': label, 'phase': 'pretraining',
+               'objective': config.pretraining.objective,
+               'mask_rate': (config.pretraining.mask_rate
+                             if config.pretraining.objective == 'masked' else None),
+               'seed': int(run.seed), 'num_params': num_params, 'steps': total,
+               'vocab_size': data.vocab_size, 'loss': float(val['loss'][i]),
+               'accuracy': float(val['accuracy'][i]), 'predicted_tokens': val['count'],
+               'inputs': f'training split only: {len(data.splits["train"]["targets"])} '
+                         f'examples, the first {len(data.splits["validation"]["targets"])} '
+                         'for the token loss and accuracy',
+               'data': data_record(config, data), 'run': config_lib.run_record(config)}
+    monitor.write(total, i, {'token_loss': results['loss'], 'token_accuracy': results['accuracy']})
+    if is_writer:
+      run_folder.write_json_atomically(run.workdir / run_folder.RESULTS_FILE, results)
+      write_learning_curves(run)
+    run.checkpoints.close()
+    all_results.append(results)
+  return all_results
+
+
+def pretraining_record(folder) -> dict:
+  """results.json's `pretraining` of a fine-tuned run: what its pretraining (in `folder`'s
+  pretraining/) recorded."""
+  recorded = spt.finished_pretraining(folder) or {}
+  keys = ('objective', 'mask_rate', 'seed', 'steps', 'loss', 'accuracy', 'predicted_tokens',
+          'inputs', 'data')
+  return {'folder': str(run_folder.pretraining_dir(folder)),
+          **{key: recorded.get(key) for key in keys}}
 
 
 def data_record(config, data) -> dict:

@@ -84,11 +84,21 @@ def einsum32(spec: str, *operands) -> jax.Array:
 
 
 def masked_softmax(scores: jax.Array, key_mask: jax.Array | None) -> jax.Array:
-  """Softmax over the last axis in float32; key_mask [B, k] (True = attend) broadcasts over heads."""
+  """Softmax over the last axis in float32; key_mask [B, k] (True = attend) broadcasts over heads
+  and queries; a [B, 1, m, k] mask (`causal_mask`) is one per query."""
   scores = scores.astype(jnp.float32)
   if key_mask is not None:
-    scores = jnp.where(key_mask[:, None, None, :], scores, MASKED_SCORE)
+    mask = key_mask[:, None, None, :] if key_mask.ndim == 2 else key_mask
+    scores = jnp.where(mask, scores, MASKED_SCORE)
   return jax.nn.softmax(scores, axis=-1)
+
+
+def causal_mask(key_mask, num_queries: int) -> jax.Array:
+  """[B, 1, m, n]: query i attends to the real keys j <= i only (a causal Transformer, Vaswani et
+  al. 2017 §3.2.3); key_mask [B, n], the queries the first m positions."""
+  n = key_mask.shape[-1]
+  earlier = jnp.arange(n)[None, :] <= jnp.arange(num_queries)[:, None]
+  return key_mask[:, None, None, :] & earlier[None, None]
 
 
 def scaled_dot_product(query, key, value, key_mask, dropout: Dropout, *, deterministic,

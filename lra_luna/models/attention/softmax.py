@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lra_luna.models.attention.base import (merge_heads, project_together, projection,
-                                            scaled_dot_product, split_heads)
+from lra_luna.models.attention.base import (causal_mask, merge_heads, project_together,
+                                            projection, scaled_dot_product, split_heads)
 from lra_luna.models.attention.rotary import rotate_queries_and_keys
 from lra_luna.models.nn.dropout import Dropout
 
@@ -88,11 +88,12 @@ class SoftmaxAttention(nnx.Module):
   the platform traced for: cuDNN's flash attention on an NVIDIA GPU with 16-bit compute, XLA's
   attention elsewhere (same values). 'fused' has no attention dropout (the fused kernels do not
   support it). `rotary`: q and k rotated at their positions first (RoFormer eq. 34), either way.
+  `causal` (vanilla only): row i attends to positions <= i (causal_mask).
   """
 
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                implementation: str = 'vanilla', init: str = 'reference', dtype=jnp.float32,
-               rngs: nnx.Rngs, rotary: bool = False):
+               rngs: nnx.Rngs, rotary: bool = False, causal: bool = False):
     if dim % num_heads:
       raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}.')
     if implementation not in ('vanilla', 'fused'):
@@ -101,6 +102,7 @@ class SoftmaxAttention(nnx.Module):
     self.num_heads = num_heads
     self.implementation = implementation
     self.rotary = rotary
+    self.causal = causal
     self.query = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
     self.key = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
     self.value = projection(dim, init=init, role='qkv', dtype=dtype, rngs=rngs)
@@ -129,6 +131,8 @@ class SoftmaxAttention(nnx.Module):
         y = jax.nn.dot_product_attention(heads(q), heads(k), heads(v),
                                          mask=mask[:, None, None, :], implementation='xla')
       return self.out(y.reshape(queries.shape))
+    if self.causal:
+      mask = causal_mask(mask, queries.shape[1])
     q = split_heads(q, self.num_heads) * head_dim**-0.5
     k = split_heads(k, self.num_heads)
     v = split_heads(v, self.num_heads)

@@ -45,7 +45,7 @@ from lra_luna.models.attention.rotary import rotate_queries_and_keys
 from lra_luna.models.nn import layers
 from lra_luna.models.nn.dropout import Dropout
 from lra_luna.models.nn.linear import Linear
-from lra_luna.models.blocks.s4d import fft_convolution
+from lra_luna.models.blocks.s4d import causal_convolution, fft_convolution
 
 ATTENTION_FUNCTIONS = ('softmax', 'laplace')
 NORMS = ('layernorm', 'scalenorm')
@@ -65,10 +65,13 @@ def ema_kernel(alpha, delta, beta, eta, length: int):
   return jnp.einsum('cdh,cdhl->cdl', coefficients, decay)
 
 
-def ema_convolution(u, kernel):
+def ema_convolution(u, kernel, causal: bool = False):
   """y [B, L, D] (float32) = K * u: causal with K [1, D, L]; with K [2, D, L] also K' backwards,
-  y_i = sum_{j<=i} K[i-j] u_j + sum_{j>=i} K'[j-i] u_j (both kernels read the lag 0)."""
+  y_i = sum_{j<=i} K[i-j] u_j + sum_{j>=i} K'[j-i] u_j (both kernels read the lag 0). `causal`
+  (a causal encoder): K [1, D, L] in the exactly causal direct form (s4d.causal_convolution)."""
   u = u.astype(jnp.float32)
+  if causal:
+    return causal_convolution(u, kernel[0])
   if kernel.shape[0] == 1:
     return fft_convolution(u, kernel[0])
   forward = kernel[0].at[:, 0].add(kernel[1][:, 0])
@@ -84,7 +87,8 @@ class MultiDimensionalEMA(nnx.Module):
   """
 
   def __init__(self, dim: int, *, ema_dim: int, bidirectional: bool, truncation: int,
-               rngs: nnx.Rngs):
+               rngs: nnx.Rngs, causal: bool = False):
+    self.causal = causal
     shape = (2 if bidirectional else 1, dim, ema_dim)
     keys = jax.random.split(rngs.params(), 5)
     signs = jnp.where(jnp.arange(ema_dim) % 2 == 0, 1.0, -1.0)
@@ -104,7 +108,7 @@ class MultiDimensionalEMA(nnx.Module):
   def __call__(self, x, mask):
     """x [B, n, D], mask [B, n] -> X' [B, n, D] in x's dtype; padded inputs read as zero."""
     u = (x * mask[..., None].astype(x.dtype)).astype(jnp.float32)
-    y = ema_convolution(u, self.kernel(x.shape[1]))
+    y = ema_convolution(u, self.kernel(x.shape[1]), self.causal)
     return jax.nn.silu(y + x.astype(jnp.float32) * self.omega[...]).astype(x.dtype)
 
 
@@ -165,13 +169,17 @@ def laplace(scores):
   return 0.5 * (1.0 + jax.lax.erf((scores - LAPLACE_MU) / (LAPLACE_SIGMA * math.sqrt(2.0))))
 
 
-def attention_weights(q, k, key_mask, bias, function: str):
+def attention_weights(q, k, key_mask, bias, function: str, causal: bool = False):
   """Weights [B, K, c, c] (float32) of q, k [B, K, c, z] in K chunks; key_mask [B, K, c].
 
   softmax: softmax(q k^T / sqrt(z) + b) over real keys; laplace: laplace(q k^T / n_real + b) on
-  real keys, 0 on padded ones (n_real: the chunk's real keys, at least 1)."""
+  real keys, 0 on padded ones (n_real: the chunk's real keys, at least 1). `causal`: a query
+  reads the keys at or before it in its chunk only."""
   scores = jnp.einsum('bkqz,bkvz->bkqv', q, k, preferred_element_type=jnp.float32)
   keys = key_mask[:, :, None, :]
+  if causal:
+    c = q.shape[2]
+    keys = keys & (jnp.arange(c)[None, :] <= jnp.arange(c)[:, None])
   if function == 'softmax':
     scores = scores / math.sqrt(q.shape[-1]) + bias
     # A chunk of padding only (its queries are discarded) gets uniform weights, not NaN.
@@ -201,13 +209,14 @@ class MovingAverageGatedAttention(nnx.Module):
                attention_function: str, chunk_size: int, truncation: int, position_bias: str,
                max_positions: int, norm: str, prenorm: bool, bidirectional: bool,
                dropout: float, attention_dropout: float, hidden_dropout: float, dtype,
-               rngs: nnx.Rngs, rotary: bool = False):
+               rngs: nnx.Rngs, rotary: bool = False, causal: bool = False):
     self.dim, self.z_dim, self.hidden_dim = dim, z_dim, hidden_dim
     self.rotary = rotary  # config.model.positions 'rotary': Q and K rotated (RoFormer eq. 34)
+    self.causal = causal
     self.attention_function, self.chunk_size, self.prenorm = attention_function, chunk_size, prenorm
     self.norm = make_norm(norm, dim, dtype)
     self.ema = MultiDimensionalEMA(dim, ema_dim=ema_dim, bidirectional=bidirectional,
-                                   truncation=truncation, rngs=rngs)
+                                   truncation=truncation, rngs=rngs, causal=causal)
     self.value = projection(dim, hidden_dim, dtype, rngs)
     # X' -> [phi (D), Z (z), gamma (v), X' W_h (D)]
     self.ema_projection = projection(dim, 2 * dim + z_dim + hidden_dim, dtype, rngs)
@@ -227,7 +236,7 @@ class MovingAverageGatedAttention(nnx.Module):
     chunk = n if not self.chunk_size or n <= self.chunk_size else self.chunk_size
     weights = attention_weights(to_chunks(q, chunk), to_chunks(k, chunk),
                                 to_chunks(mask, chunk), self.position_bias(chunk),
-                                self.attention_function)
+                                self.attention_function, self.causal)
     weights = self.attention_dropout(weights, deterministic=deterministic, rngs=rngs)
     out = jnp.einsum('bkqv,bkvf->bkqf', weights.astype(v.dtype), to_chunks(v, chunk),
                      preferred_element_type=jnp.float32)
@@ -303,8 +312,11 @@ class MegaBlock(nnx.Module):
     if rotary and options['z_dim'] % 2:
       raise ValueError(f"MegaBlock option z_dim = {options['z_dim']} is not valid with "
                        "config.model.positions 'rotary': an even integer (RoPE rotates pairs).")
+    # A causal encoder (ModelConfig.causal): the EMA reads the past only, attention too.
+    options['bidirectional'] = options['bidirectional'] and not cfg.causal
     self.attention = MovingAverageGatedAttention(
-        cfg.dim, **options, rotary=rotary, max_positions=cfg.max_length + 1, dropout=cfg.dropout,
+        cfg.dim, **options, rotary=rotary, causal=cfg.causal, max_positions=cfg.max_length + 1,
+        dropout=cfg.dropout,
         attention_dropout=cfg.attention_dropout, hidden_dropout=hidden_dropout, dtype=dtype,
         rngs=rngs)
     self.ffn = NormalizedFeedForward(cfg.dim, cfg.ffn_dim, norm=options['norm'],

@@ -71,13 +71,26 @@ def fft_convolution(u, kernel, reverse_kernel=None):
   return jnp.fft.irfft(u_f * k_f, n=2 * length, axis=1)[:, :length]
 
 
+def causal_convolution(u, kernel):
+  """y [B, L, H]: y_i = sum_{j<=i} K[i-j] u_j, fft_convolution's one-sided case in the direct
+  form (a depthwise convolution, O(L^2) work): exactly causal, where an FFT spreads rounding
+  (~1e-7) of every input over every output, the past included. u [B, L, H] float32, K [H, L]."""
+  length, features = u.shape[1], u.shape[2]
+  y = jax.lax.conv_general_dilated(
+      jnp.transpose(u, (0, 2, 1)), kernel[:, None, ::-1].astype(u.dtype), window_strides=(1,),
+      padding=[(length - 1, 0)], feature_group_count=features,
+      precision=jax.lax.Precision.HIGHEST)
+  return jnp.transpose(y, (0, 2, 1))
+
+
 class S4D(nnx.Module):
   """The S4D convolution of every feature: u [B, L, H] -> K * u + D u (float32 inside)."""
 
   def __init__(self, dim: int, *, state_dim: int, init: str, dt_min: float, dt_max: float,
-               bidirectional: bool, rngs: nnx.Rngs, num_ssm: int = 0):
+               bidirectional: bool, rngs: nnx.Rngs, num_ssm: int = 0, causal: bool = False):
     """num_ssm: copies of A, each shared by dim / num_ssm features (the authors' n_ssm);
-    0: one A per feature."""
+    0: one A per feature. causal: one-sided, by causal_convolution (a causal encoder)."""
+    self.causal = causal
     modes, copies = state_dim // 2, num_ssm or dim
     if dim % copies:
       raise ValueError(f'S4DBlock option num_ssm = {num_ssm} does not divide the width {dim}.')
@@ -103,7 +116,10 @@ class S4D(nnx.Module):
   def __call__(self, u):
     kernel = self.kernel(u.shape[1])
     u = u.astype(jnp.float32)
-    y = fft_convolution(u, kernel[0], kernel[1] if kernel.shape[0] == 2 else None)
+    if self.causal:
+      y = causal_convolution(u, kernel[0])
+    else:
+      y = fft_convolution(u, kernel[0], kernel[1] if kernel.shape[0] == 2 else None)
     return y + u * self.d[...]
 
 
@@ -129,8 +145,9 @@ class S4DBlock(nnx.Module):
     self.s4d = S4D(cfg.dim, state_dim=options.get('state_dim', 64),
                    init=options.get('init', 'inv'), dt_min=options.get('dt_min', 1e-3),
                    dt_max=options.get('dt_max', 1e-1),
-                   bidirectional=options.get('bidirectional', True), rngs=rngs,
-                   num_ssm=options.get('num_ssm', 0))
+                   # A causal encoder (ModelConfig.causal) convolves with the past only.
+                   bidirectional=options.get('bidirectional', True) and not cfg.causal, rngs=rngs,
+                   num_ssm=options.get('num_ssm', 0), causal=cfg.causal)
     # Position-wise output linear D -> 2D, then GLU (the authors' final_act 'glu').
     self.output_linear = Linear(cfg.dim, 2 * cfg.dim, dtype=dtype, rngs=rngs)
     self.dropout = Dropout(cfg.dropout)

@@ -1,14 +1,15 @@
 """The encoder every model shares: the embedding (`embedding`), then Luna's layers and P (`luna`)
 or the block encoder (`transformer`: the Transformer's block around any attention, or a model's
-own block). `build_encoder` picks one for a config; every encoder returns (X, packed) with
-packed = (P, p_mask) for Luna and None otherwise. Position 0 is always the learned [CLS] token
-(id = vocab_size), prepended by `with_cls`.
+own block), or causal Luna's layers (`causal_luna`). `build_encoder` picks one for a config;
+every encoder returns (X, packed) with packed = (P, p_mask) for Luna and None otherwise. Position
+0 is always the learned [CLS] token (id = vocab_size), prepended by `with_cls`.
 """
 
 import jax.numpy as jnp
 from flax import nnx
 
 from lra_luna import registry
+from lra_luna.models.encoder.causal_luna import CausalLunaEncoder
 from lra_luna.models.encoder.luna import LunaEncoder
 from lra_luna.models.encoder.transformer import BlockEncoder
 from lra_luna.models.model_config import ModelConfig
@@ -24,8 +25,10 @@ def with_cls(ids, cls_id: int, mask_padding: bool):
 
 
 def build_encoder(cfg: ModelConfig, rngs: nnx.Rngs):
-  """Luna's encoder, or the block encoder with the model's own block (registry `block_class`)
-  or the Transformer's block."""
+  """Luna's encoder (causal Luna's with `cfg.causal`), or the block encoder with the model's own
+  block (registry `block_class`) or the Transformer's block (each causal with `cfg.causal`)."""
+  if cfg.attention == 'luna' and cfg.causal:
+    return CausalLunaEncoder(cfg, rngs)
   if cfg.attention == 'luna':
     return LunaEncoder(cfg, rngs)
   if cfg.attention in registry.block_classes():

@@ -41,11 +41,14 @@ class Embedding(nnx.Module):
   """
 
   def __init__(self, vocab_size: int, dim: int, max_length: int, *, positions: str,
-               use_layernorm: bool, dropout: float, init: str, dtype, rngs: nnx.Rngs):
-    # One extra row for [CLS] (id = vocab_size) and one extra position for it.
+               use_layernorm: bool, dropout: float, init: str, dtype, rngs: nnx.Rngs,
+               mask_token: bool = False):
+    # One extra row for [CLS] (id = vocab_size) and one extra position for it; with
+    # `mask_token` one more row for the mask id of masked pretraining (vocab_size + 1).
     self.cls_id = vocab_size
-    self.tokens = nnx.Embed(vocab_size + 1, dim, embedding_init=embedding_init(init, dim),
-                            dtype=dtype, rngs=rngs)
+    self.mask_id = vocab_size + 1 if mask_token else None
+    self.tokens = nnx.Embed(vocab_size + 1 + int(mask_token), dim,
+                            embedding_init=embedding_init(init, dim), dtype=dtype, rngs=rngs)
     self.max_positions = max_length + 1
     if positions == 'learned':
       self.positions = nnx.Param(embedding_init(init, dim)(rngs.params(), (max_length + 1, dim)))
@@ -61,7 +64,7 @@ class Embedding(nnx.Module):
   def from_config(cls, cfg: ModelConfig, rngs: nnx.Rngs) -> 'Embedding':
     return cls(cfg.vocab_size, cfg.dim, cfg.max_length, positions=cfg.positions,
                use_layernorm=cfg.embedding_layernorm, dropout=cfg.dropout, init=cfg.init,
-               dtype=compute_dtype(cfg), rngs=rngs)
+               dtype=compute_dtype(cfg), rngs=rngs, mask_token=cfg.mask_token)
 
   def __call__(self, ids, mask, *, deterministic=True, rngs=None):
     """ids [B, n] (already with [CLS] at 0), mask [B, n] -> x [B, n, D]."""

@@ -32,8 +32,8 @@ def build_self_attention(cfg: ModelConfig, rngs: nnx.Rngs):
   if cfg.positions == 'rotary':  # only then: plug-ins and Linformer never see the argument
     common['rotary'] = True
   if cfg.attention == 'softmax':
-    return SoftmaxAttention(cfg.dim, cfg.num_heads,
-                                          implementation=cfg.attention_implementation, **common)
+    return SoftmaxAttention(cfg.dim, cfg.num_heads, implementation=cfg.attention_implementation,
+                            causal=cfg.causal, **common)
   options = dict(cfg.attention_options)
   if plugins.is_plugin(cfg.attention):
     return plugins.build(cfg.attention, cfg.dim, cfg.num_heads, max_length=cfg.max_length + 1,

@@ -1,0 +1,147 @@
+"""Self-pretraining (SPT; Amos, Berant and Gupta, "Never Train from Scratch", ICLR 2024): the
+word `spt` and `config.pretraining`, checked here; the two phases run in training/train.py, the
+objectives are models/objectives, the settings and their sources docs/spt.md.
+
+A run with config.pretraining.objective set first pretrains its encoder on the training split's
+inputs (never validation or test inputs) in <workdir>/pretraining/ (run_folder.pretraining_dir),
+a run folder of its own, then fine-tunes that encoder with a fresh classification head. No JAX
+here: config_lib validates with this module.
+"""
+
+import json
+import pathlib
+
+import ml_collections
+
+from lra_luna import registry
+from lra_luna.models import model_config as model_config_lib
+from lra_luna.training import run_folder
+
+OBJECTIVES = model_config_lib.PRETRAINING_OBJECTIVES
+# The mask rate of the authors' README example (`dataset.mlm_prob=0.5`; their configs leave it 0
+# to be set on the command line), the default here.
+AUTHORS_MASK_RATE = 0.5
+# ModelConfig fields that belong to the classification head or to regularisation, not to the
+# encoder's parameters: fine-tuning may change them against its pretraining.
+HEAD_FIELDS = ('head', 'classifier_dim', 'pair_features', 'dual_head_layers', 'classifier_bias',
+               'mean_includes_cls', 'prune_last_layer', 'dropout', 'attention_dropout')
+# Top-level fields a pretraining and the runs fine-tuned from it must share.
+SHARED_FIELDS = ('task', 'model_name', 'max_length', 'append_eos', 'dataset_name',
+                 'pretraining.objective')
+
+
+def use_spt_settings(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The word `spt`: masked pretraining at the authors' mask rate with their constant schedule
+  after a warmup, as many steps, the same peak rate and weight decay as the task's training."""
+  p = config.pretraining
+  p.objective = 'masked'
+  p.mask_rate = AUTHORS_MASK_RATE
+  p.num_train_steps = config.num_train_steps
+  p.warmup_steps = config.warmup_steps
+  p.schedule = 'constant'
+  p.learning_rate = config.learning_rate
+  p.weight_decay = config.weight_decay
+  return config
+
+
+def causal_models() -> list[str]:
+  """The registry models with a causal form (model_config.CAUSAL_ATTENTIONS, vanilla)."""
+  return [name for name, model in registry.MODELS.items()
+          if model.attention in model_config_lib.CAUSAL_ATTENTIONS
+          and model.implementation == 'vanilla']
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """ValueError in one line for a bad pretraining setting, before any data is read."""
+  from lra_luna import config_lib  # pylint: disable=import-outside-toplevel
+  p = config.pretraining
+  if p.objective not in ('', *OBJECTIVES):
+    raise ValueError(f'config.pretraining.objective = {p.objective!r} is not valid; valid '
+                     f"choices: {['', *OBJECTIVES]} ('' trains from scratch).")
+  if p.objective == 'masked' and not 0 < p.mask_rate < 1:
+    raise ValueError(f'config.pretraining.mask_rate = {p.mask_rate} must be in (0, 1), the '
+                     'share of real tokens masked; the authors use 0.5.')
+  if p.objective == 'causal':
+    check_causal(config)
+  if p.objective and not p.is_phase:
+    for field in ('num_train_steps', 'learning_rate'):
+      if p[field] <= 0:
+        raise ValueError(f'config.pretraining.{field} must be positive, got {p[field]}; set '
+                         f'--config.pretraining.{field}=<value> (the word spt sets it).')
+    if p.schedule not in config_lib.SCHEDULES:
+      raise ValueError(f'config.pretraining.schedule = {p.schedule!r} is not valid; valid '
+                       f'choices: {list(config_lib.SCHEDULES)}.')
+  if config.get('pretrained'):
+    check_pretrained(config, config.pretrained)
+
+
+def check_causal(config) -> None:
+  """ValueError unless config's model has a causal form and a head a causal encoder feeds."""
+  model = config.model
+  if (model.attention not in model_config_lib.CAUSAL_ATTENTIONS
+      or model.attention_implementation != 'vanilla'):
+    raise ValueError(f"config.pretraining.objective = 'causal' needs a model with a causal "
+                     f'form; {config.model_name} has none. Models that take it: '
+                     f"{', '.join(causal_models())}; or use objective 'masked'.")
+  if model.head != 'mean':
+    raise ValueError(f"config.model.head = {model.head!r} cannot read a causal encoder (position "
+                     "0 sees [CLS] alone, and causal Luna has no P); use "
+                     "--config.model.head=mean with objective 'causal'.")
+
+
+def phase_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The config of the pretraining phase of `config`'s run: its steps, schedule,
+  rate and weight decay from config.pretraining, validation (on training inputs) and checkpoints
+  at the same spacing, capped at its steps."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  p = c.pretraining
+  c.pretrained = ''
+  c.num_train_steps, c.warmup_steps = p.num_train_steps, p.warmup_steps
+  c.schedule, c.learning_rate, c.weight_decay = p.schedule, p.learning_rate, p.weight_decay
+  c.eval_every = min(c.eval_every, p.num_train_steps)
+  c.checkpoint_every = min(c.checkpoint_every, p.num_train_steps)
+  p.is_phase = True
+  return c
+
+
+def pretraining_seed(config, seed: int) -> int:
+  """The seed of the pretraining a fine-tuning seed starts from (config.pretraining.seed)."""
+  return seed if config.pretraining.seed < 0 else int(config.pretraining.seed)
+
+
+def finished_pretraining(folder) -> dict | None:
+  """The pretraining results in a run folder's pretraining/ when it finished, else None."""
+  path = run_folder.pretraining_dir(folder) / run_folder.RESULTS_FILE
+  config_path = run_folder.pretraining_dir(folder) / run_folder.CONFIG_FILE
+  if not path.is_file() or not config_path.is_file():
+    return None
+  results = json.loads(path.read_text())
+  steps = json.loads(config_path.read_text()).get('num_train_steps')
+  return results if results.get('steps') == steps else None
+
+
+def check_pretrained(config, folder) -> None:
+  """ValueError in one line unless `folder` holds a finished pretraining of config's task,
+  model, vocabulary and sizes (fields outside HEAD_FIELDS)."""
+  folder = pathlib.Path(folder)
+  if finished_pretraining(folder) is None:
+    raise ValueError(f'config.pretrained = {str(folder)!r} holds no finished pretraining (no '
+                     f'{run_folder.pretraining_dir(folder) / run_folder.RESULTS_FILE}); give '
+                     'the folder of a run trained with the word spt.')
+  saved = json.loads((run_folder.pretraining_dir(folder) / run_folder.CONFIG_FILE).read_text())
+  differing = encoder_differences(saved, config)
+  if differing:
+    raise ValueError(f'config.pretrained = {str(folder)!r} pretrained another encoder (fields '
+                     f'{differing} differ); fine-tune with the task, model and sizes it was '
+                     'pretrained with, or pretrain anew with the word spt.')
+
+
+def encoder_differences(saved: dict, config) -> list[str]:
+  """The fields of SHARED_FIELDS and of config.model (outside HEAD_FIELDS) in which a
+  pretraining's config.json differs from `config`."""
+  from lra_luna import config_lib  # pylint: disable=import-outside-toplevel
+  theirs = config_lib.flatten(config_lib.saved_config(saved))
+  ours = config_lib.flatten(config)
+  keys = [*SHARED_FIELDS, *(k for k in ours if k.startswith('model.')
+                            and k.split('.')[1] not in HEAD_FIELDS)]
+  return sorted(k for k in keys if theirs.get(k) != ours.get(k))

@@ -1,0 +1,496 @@
+"""Self-pretraining (SPT, issue 37): masking, the masked-token loss, causal encoders that see no
+future, the spt word and its refusals, and (slow) the two phases end to end: fine-tuning from
+exactly the pretrained encoder, kill-and-resume in each phase, --config.pretrained."""
+
+import json
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from lra_luna import config_lib, spt
+from lra_luna.models import pretraining
+from lra_luna.models.objectives import Objective, losses, masking, token_loss_sums
+from lra_luna.training import checkpoints, run_folder, steps, train
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+import tiny  # noqa: E402  (the shared tiny run: tests/tiny.py)
+
+CAUSAL_MODELS = ['transformer', 'luna16', 's4d', 'mega', 'mega_chunk']
+
+
+# ----------------------------------------------------------------------------------------------
+# Masking and the loss.
+# ----------------------------------------------------------------------------------------------
+def padded_batch(seed=0, rows=64, length=200, vocab=20, eos=19):
+  """ids [rows, length]: tokens 1..vocab-2, an EOS after each row's tokens, then padding 0."""
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(1, vocab - 1, (rows, length))
+  lengths = rng.integers(length // 4, length - 1, rows)
+  ids[np.arange(length)[None, :] > lengths[:, None]] = 0
+  ids[np.arange(rows), lengths] = eos
+  return jnp.asarray(ids, jnp.int32)
+
+
+@pytest.mark.parametrize('rate', [0.15, 0.5, 0.8])
+def test_mask_rate_over_a_batch_and_never_padding_or_eos(rate):
+  ids = padded_batch()
+  real = masking.predictable(ids, mask_padding=True, eos_id=19)
+  assert not bool(jnp.any(real & ((ids == 0) | (ids == 19))))
+  masked_ids, is_masked = masking.mask_tokens(jax.random.key(3), ids, real, rate, mask_id=21)
+  tokens = int(jnp.sum(real))
+  share = int(jnp.sum(is_masked)) / tokens
+  # Within 4 binomial standard deviations of the rate (~7000 maskable tokens).
+  assert abs(share - rate) < 4 * np.sqrt(rate * (1 - rate) / tokens), share
+  assert not bool(jnp.any(is_masked & ~real))  # padding and EOS never masked
+  np.testing.assert_array_equal(masked_ids, jnp.where(is_masked, 21, ids))
+  np.testing.assert_array_equal(masked_ids == 21, is_masked)
+
+
+def test_pixels_have_no_padding_so_zero_is_maskable():
+  ids = jnp.zeros((2, 8), jnp.int32)
+  assert bool(jnp.all(masking.predictable(ids, mask_padding=False)))
+  assert not bool(jnp.any(masking.predictable(ids, mask_padding=True)))
+
+
+def test_mask_id_is_a_new_row_never_a_real_token_nor_cls():
+  cfg = tiny.model_config('transformer', mask_token=True)
+  model = pretraining.build_token_predictor(cfg, 0)
+  embedding = model.encoder.embedding
+  assert embedding.cls_id == cfg.vocab_size and embedding.mask_id == cfg.vocab_size + 1
+  assert embedding.tokens.embedding.shape[0] == cfg.vocab_size + 2
+  # Without pretraining the table keeps its rows (the classifiers' checkpoints stay as they were).
+  plain = pretraining.build_token_predictor(tiny.model_config('transformer'), 0)
+  assert plain.encoder.embedding.tokens.embedding.shape[0] == cfg.vocab_size + 1
+
+
+def test_loss_is_cross_entropy_at_masked_positions_and_zero_gradient_elsewhere():
+  rng = np.random.default_rng(0)
+  logits = jnp.asarray(rng.normal(size=(3, 7, 5)), jnp.float32)
+  targets = jnp.asarray(rng.integers(0, 5, (3, 7)))
+  weights = jnp.asarray(rng.random((3, 7)) < 0.4, jnp.float32)
+  total, correct, count = losses.token_cross_entropy_sums(logits, targets, weights)
+  log_probs = np.asarray(jax.nn.log_softmax(logits))
+  direct = -sum(log_probs[b, t, targets[b, t]] for b in range(3) for t in range(7)
+                if weights[b, t])
+  np.testing.assert_allclose(total, direct, rtol=1e-6)
+  assert count == float(jnp.sum(weights))
+  assert correct == float(jnp.sum((jnp.argmax(logits, -1) == targets) * weights))
+  grad = jax.grad(lambda l: losses.token_cross_entropy_sums(l, targets, weights)[0])(logits)
+  assert bool(jnp.all(grad[weights == 0] == 0.0))  # exactly zero at unmasked positions
+  assert bool(jnp.all(jnp.any(grad[weights == 1] != 0.0, axis=-1)))
+
+
+def test_masked_objective_reads_the_token_rows_and_causal_the_rows_before():
+  """A model whose logits at row r are one-hot of r: the masked objective compares row t + 1
+  ([CLS] first) with token t, the causal one row t with token t (the next token of row t)."""
+  vocab, n = 12, 6
+  ids = jnp.arange(1, n + 1)[None]  # token t is t + 1
+
+  def one_hot_rows(ids, **_):
+    return 50.0 * jax.nn.one_hot(jnp.arange(ids.shape[1] + 1), vocab)[None]
+
+  for name, right_row in (('masked', lambda t: t + 1), ('causal', lambda t: t)):
+    objective = Objective(name, 0.99, vocab, mask_id=vocab + 1)
+    _, correct, count = token_loss_sums(one_hot_rows, {'inputs': ids}, objective,
+                                        jax.random.key(0), deterministic=True, rngs=None)
+    # Row r predicts id r: right for token t (id t + 1) exactly when right_row(t) == t + 1.
+    expected = sum(right_row(t) == t + 1 for t in range(n))
+    assert (name, correct) == (name, expected * count / n if name == 'masked' else expected)
+
+
+def test_retrieval_documents_are_separate_sequences():
+  batch = {'inputs1': jnp.ones((2, 5), jnp.int32), 'inputs2': 2 * jnp.ones((2, 5), jnp.int32),
+           'weights': jnp.asarray([1.0, 0.0])}
+  from lra_luna.models import objectives
+  np.testing.assert_array_equal(objectives.pretraining_sequences(batch)[:, 0], [1, 1, 2, 2])
+  np.testing.assert_array_equal(objectives.row_weights(batch, 4), [1, 0, 1, 0])
+
+
+# ----------------------------------------------------------------------------------------------
+# Causal encoders see no future.
+# ----------------------------------------------------------------------------------------------
+def token_row_gradients(model_name: str, causal: bool, position: int):
+  """|d logits[position] / d embedding row of each token| for distinct tokens 1..10 (token t at
+  position t of the [CLS] sequence): [11] one entry per token id."""
+  cfg = tiny.model_config(model_name, causal=causal, head='mean', dropout=0.0,
+                          attention_dropout=0.0)
+  model = pretraining.build_token_predictor(cfg, 0)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  ids = jnp.arange(1, 11)[None]
+
+  def logit_sum(params):
+    logits = nnx.merge(graphdef, params, rest)(ids)
+    return jnp.sum(logits[:, position] * jnp.linspace(-1.0, 1.0, logits.shape[-1]))
+
+  grads = jax.grad(logit_sum)(params)
+  table = grads['encoder']['embedding']['tokens']['embedding'][...]
+  return np.abs(np.asarray(table)).sum(axis=-1)[:11]
+
+
+@pytest.mark.parametrize('model_name', CAUSAL_MODELS)
+def test_causal_encoder_gradient_from_the_future_is_exactly_zero(model_name):
+  for position in (0, 3, 9):
+    per_token = token_row_gradients(model_name, True, position)
+    assert np.all(per_token[position + 1:] == 0.0), (position, per_token)  # tokens after it
+    assert np.all(per_token[1:position + 1] > 0.0), (position, per_token)  # tokens up to it
+
+
+def test_bidirectional_encoder_reads_the_future():
+  """The check above can fail: the same gradient without `causal` is not zero."""
+  assert np.all(token_row_gradients('transformer', False, 3)[5:] > 0.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# The spt word and the refusals (one line, before any data is read).
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize('words', ['quick,spt', 'spt', 'paper,spt', 'quick,spt,smoke',
+                                   'quick,spt,fp16', 'spt,smoke,paper'])
+def test_spt_word_combines_with_every_variant(words):
+  config = config_lib.load_config(f'configs/listops.py:luna16,{words}')
+  config_lib.validate(config)
+  p = config.pretraining
+  assert p.objective == 'masked' and 0 < p.mask_rate < 1 and p.schedule == 'constant'
+  assert p.num_train_steps == (config_lib.SMOKE_STEPS if 'smoke' in words
+                               else config.num_train_steps)
+  phase = spt.phase_config(config)
+  assert (phase.num_train_steps, phase.learning_rate, phase.schedule) == (
+      p.num_train_steps, p.learning_rate, 'constant')
+  assert phase.pretraining.is_phase and not config.pretraining.is_phase
+
+
+@pytest.mark.parametrize('model', sorted(config_lib.MODELS))
+def test_spt_validates_for_every_model(model):
+  config_lib.validate(config_lib.load_config(f'configs/listops.py:{model},quick,spt'))
+
+
+def one_line_error(spec, *overrides) -> str:
+  with pytest.raises(ValueError) as error:
+    config_lib.validate(config_lib.load_config(spec, list(overrides)))
+  message = str(error.value)
+  assert '\n' not in message
+  return message
+
+
+@pytest.mark.parametrize('rate', [0.0, 1.0, -0.2, 1.5])
+def test_mask_rate_outside_zero_one_is_refused(rate):
+  message = one_line_error('configs/listops.py:luna16,quick,spt',
+                           f'--config.pretraining.mask_rate={rate}')
+  assert 'config.pretraining.mask_rate' in message and '(0, 1)' in message
+
+
+def test_causal_objective_for_a_model_without_a_causal_form_is_refused():
+  message = one_line_error('configs/listops.py:linformer,quick,spt',
+                           '--config.pretraining.objective=causal', '--config.model.head=mean')
+  assert 'linformer has none' in message
+  assert message.split('Models that take it: ')[1].startswith(', '.join(spt.causal_models()))
+  assert set(spt.causal_models()) >= {'transformer', 'luna16', 's4d', 'mega'}
+  assert 'transformer_fused' not in spt.causal_models()
+
+
+def test_causal_objective_with_the_cls_head_is_refused():
+  message = one_line_error('configs/listops.py:transformer,quick,spt',
+                           '--config.pretraining.objective=causal')
+  assert '--config.model.head=mean' in message
+
+
+def test_unknown_objective_is_refused():
+  message = one_line_error('configs/listops.py:luna16,quick,spt',
+                           '--config.pretraining.objective=denoise')
+  assert "'masked', 'causal'" in message
+
+
+def fake_pretraining(folder, spec, *overrides, steps_done=None):
+  """A run folder whose pretraining/ holds the config.json and results.json of `spec` (nothing
+  trained: the checks read only these two files)."""
+  config = config_lib.load_config(spec, list(overrides))
+  phase = spt.phase_config(config)
+  run_folder.write_json_atomically(run_folder.pretraining_dir(folder) / 'config.json',
+                                   json.loads(phase.to_json()))
+  done = phase.num_train_steps if steps_done is None else steps_done
+  run_folder.write_json_atomically(run_folder.pretraining_dir(folder) / 'results.json',
+                                   {'steps': done, 'vocab_size': 17})
+  return folder
+
+
+def test_pretrained_folder_without_a_finished_pretraining_is_refused(tmp_path):
+  spec = 'configs/listops.py:luna16,quick,spt'
+  message = one_line_error(spec, f'--config.pretrained={tmp_path}')
+  assert 'holds no finished pretraining' in message and 'config.pretrained' in message
+  fake_pretraining(tmp_path / 'half', spec, steps_done=3)
+  assert 'no finished' in one_line_error(spec, f'--config.pretrained={tmp_path / "half"}')
+  fake_pretraining(tmp_path / 'done', spec)
+  config_lib.validate(config_lib.load_config(spec, [f'--config.pretrained={tmp_path / "done"}',
+                                                    '--config.seed=3',
+                                                    '--config.model.head=mean']))
+
+
+@pytest.mark.parametrize('spec, overrides, field', [
+    ('configs/listops.py:transformer,quick,spt', (), 'model_name'),
+    ('configs/pathfinder.py:luna16,quick,spt', (), 'task'),
+    ('configs/listops.py:luna16,quick,spt', ('--config.model.dim=32',), 'model.dim'),
+    ('configs/listops.py:luna16,quick,spt', ('--config.append_eos=true',), 'append_eos'),
+])
+def test_pretrained_folder_of_another_task_model_vocabulary_or_size_is_refused(
+    tmp_path, spec, overrides, field):
+  folder = fake_pretraining(tmp_path / 'other', spec, *overrides)
+  message = one_line_error('configs/listops.py:luna16,quick,spt',
+                           f'--config.pretrained={folder}')
+  assert 'pretrained another encoder' in message and f"'{field}'" in message
+
+
+# ----------------------------------------------------------------------------------------------
+# The two phases end to end (slow: they train).
+# ----------------------------------------------------------------------------------------------
+SPT_RUN = {'pretraining.num_train_steps': 20, 'pretraining.warmup_steps': 5,
+           'num_train_steps': 20}
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  return tmp_path_factory.mktemp('data')
+
+
+def spt_command(data_dir, workdir, **changes):
+  return [sys.executable, str(REPO / 'run_lra.py'), '--config', tiny.QUICK_LISTOPS + ',spt',
+          '--workdir', str(workdir),
+          *tiny.flags(data_dir=str(data_dir), **{**SPT_RUN, **changes})]
+
+
+def run_env(**extra):
+  import os  # pylint: disable=import-outside-toplevel
+  env = dict(os.environ, JAX_PLATFORMS='cpu', CI='1')
+  env.pop('XLA_FLAGS', None)
+  env.update(extra)
+  return env
+
+
+@pytest.fixture(scope='module')
+def reference_spt(data_dir, tmp_path_factory):
+  """An uninterrupted run: 20 pretraining steps, then 20 fine-tuning steps."""
+  workdir = tmp_path_factory.mktemp('spt') / 'ref'
+  subprocess.run(spt_command(data_dir, workdir), env=run_env(), check=True, capture_output=True)
+  return workdir
+
+
+def without_folder(results: dict) -> dict:
+  return {**results, 'pretraining': {k: v for k, v in results['pretraining'].items()
+                                     if k != 'folder'}}
+
+
+def read_results(workdir) -> tuple[dict, dict]:
+  return (json.loads((workdir / 'results.json').read_text()),
+          json.loads((run_folder.pretraining_dir(workdir) / 'results.json').read_text()))
+
+
+def test_results_have_a_pretraining_section_on_training_inputs_only(reference_spt):
+  results, pretrained = read_results(reference_spt)
+  section = results['pretraining']
+  assert section['objective'] == 'masked' and section['steps'] == 20
+  assert section['folder'] == str(run_folder.pretraining_dir(reference_spt))
+  assert 0 <= section['accuracy'] <= 1 and section['loss'] > 0 and section['predicted_tokens'] > 0
+  assert section['inputs'].startswith('training split only')
+  assert pretrained['phase'] == 'pretraining' and pretrained['loss'] == section['loss']
+  assert results['steps'] == 20 and 'test_accuracy' in results
+
+
+def test_fine_tuning_starts_from_exactly_the_pretrained_encoder_and_a_fresh_head(
+    data_dir, reference_spt):
+  config = spt.use_spt_settings(tiny.config(data_dir, 'luna16'))
+  for key, value in SPT_RUN.items():
+    section, _, field = key.rpartition('.')
+    (config[section] if section else config)[field] = value
+  from lra_luna import datasets  # pylint: disable=import-outside-toplevel
+  data = datasets.load_task(config)
+  tx = steps.make_optimizer(config)
+  _, fresh, _ = steps.init_state(steps.model_config(config, data), 0, tx)
+  run = train.SeedRun(config, reference_spt, pretrained_from=reference_spt)
+  started = train.with_pretrained_encoders(config, data, [run], [fresh])[0]
+  phase = spt.phase_config(config)
+  _, template, _ = steps.init_state(steps.model_config(phase, data), 0,
+                                    steps.make_optimizer(phase),
+                                    steps.pretraining_objective(phase, data))
+  saved = checkpoints.Checkpoints(run_folder.pretraining_dir(reference_spt))
+  _, pretrained = saved.restore_state('latest', template)
+  saved.close()
+  encoder = lambda state: jax.tree.leaves(state['params']['encoder'])
+  assert len(encoder(started)) == len(encoder(pretrained)) > 0
+  for a, b in zip(encoder(started), encoder(pretrained)):
+    np.testing.assert_array_equal(a, b)
+  for a, b in zip(jax.tree.leaves(started['params']['classifier']),
+                  jax.tree.leaves(fresh['params']['classifier'])):
+    np.testing.assert_array_equal(a, b)  # the fresh head, as drawn from the seed
+  table = lambda state: state['params']['encoder']['embedding']['tokens']['embedding']
+  assert not np.array_equal(table(fresh), table(pretrained))  # pretraining moved the encoder
+
+
+def wait_for_checkpoint(folder, timeout=300):
+  deadline = time.time() + timeout
+  while time.time() < deadline and run_folder.saved_step(folder, 'latest') is None:
+    time.sleep(0.05)
+  assert run_folder.saved_step(folder, 'latest') is not None, folder
+
+
+def test_a_signal_in_pretraining_names_the_phase_and_resumes_exactly(data_dir, reference_spt,
+                                                                     tmp_path):
+  """The run waits in the pretraining's first checkpoint write (LRA_LUNA_PAUSE_IN) for SIGTERM:
+  one line naming the phase; the rerun pretrains on from step 10 and ends as the reference."""
+  workdir = tmp_path / 'stopped'
+  command = spt_command(data_dir, workdir)
+  proc = subprocess.Popen(command, env=run_env(LRA_LUNA_PAUSE_IN='checkpoint'),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  for line in proc.stderr:
+    if line.startswith('pausing in phase checkpoint'):
+      break
+  proc.send_signal(signal.SIGTERM)
+  stderr = proc.stderr.read()
+  assert proc.wait(timeout=300) == 128 + signal.SIGTERM, stderr[-2000:]
+  assert 'Traceback' not in stderr
+  line = stderr.strip().splitlines()[-1]
+  assert re.fullmatch(r'SIGTERM: stopped in pretraining at step 10 of 20, checkpoint saved at '
+                      r'step 10; resume with: python .*', line), line
+  assert run_folder.saved_step(run_folder.pretraining_dir(workdir), 'latest') == 10
+  assert not (workdir / 'results.json').exists()
+  subprocess.run(command, env=run_env(), check=True, capture_output=True)
+  ours, reference = read_results(workdir), read_results(reference_spt)
+  assert without_folder(ours[0]) == without_folder(reference[0])
+  assert ours[1] == reference[1]
+
+
+def test_a_kill_in_fine_tuning_resumes_without_pretraining_again(data_dir, reference_spt,
+                                                                 tmp_path):
+  workdir = tmp_path / 'killed'
+  command = spt_command(data_dir, workdir)
+  proc = subprocess.Popen(command, env=run_env(), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  wait_for_checkpoint(workdir)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert not (workdir / 'results.json').exists()
+  rerun = subprocess.run(command, env=run_env(), check=True, capture_output=True, text=True)
+  assert f'pretraining finished in {run_folder.pretraining_dir(workdir)}; fine-tuning.' in (
+      rerun.stdout)
+  ours, reference = read_results(workdir), read_results(reference_spt)
+  assert without_folder(ours[0]) == without_folder(reference[0])
+  assert ours[1] == reference[1]
+
+
+def test_fine_tuning_from_another_runs_pretraining(data_dir, reference_spt, tmp_path):
+  workdir = tmp_path / 'shared'
+  subprocess.run(spt_command(data_dir, workdir, **{'pretrained': str(reference_spt)}),
+                 env=run_env(), check=True, capture_output=True)
+  results = json.loads((workdir / 'results.json').read_text())
+  assert results['pretraining']['folder'] == str(run_folder.pretraining_dir(reference_spt))
+  assert not run_folder.pretraining_dir(workdir).exists()  # nothing pretrained here
+  reference = read_results(reference_spt)[0]
+  for key in ('best', 'last', 'test_accuracy', 'num_params'):  # the same seed, the same start
+    assert results[key] == reference[key]
+  assert without_folder(results)['pretraining'] == without_folder(reference)['pretraining']
+
+
+def test_a_pretraining_of_another_vocabulary_is_refused_before_training(data_dir, reference_spt,
+                                                                         tmp_path):
+  recorded = run_folder.pretraining_dir(reference_spt) / 'results.json'
+  fake = tmp_path / 'fake'
+  for name in ('config.json', 'results.json'):
+    source = run_folder.pretraining_dir(reference_spt) / name
+    saved = json.loads(source.read_text())
+    if name == 'results.json':
+      saved['vocab_size'] = 99
+    run_folder.write_json_atomically(run_folder.pretraining_dir(fake) / name, saved)
+  assert recorded.exists()
+  proc = subprocess.run(spt_command(data_dir, tmp_path / 'run', pretrained=str(fake)),
+                        env=run_env(), capture_output=True, text=True)
+  assert proc.returncode == 1
+  assert re.fullmatch(r'error: .* pretrained a vocabulary of 99 ids, this task has \d+; '
+                      r'fine-tune from a pretraining of the same data\.',
+                      proc.stderr.strip().splitlines()[-1])
+  assert run_folder.saved_step(tmp_path / 'run', 'latest') is None
+
+
+def test_direct_causal_convolution_equals_the_fft_one():
+  from lra_luna.models.blocks import s4d  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  u = jnp.asarray(rng.normal(size=(2, 13, 3)), jnp.float32)
+  kernel = jnp.asarray(rng.normal(size=(3, 13)), jnp.float32)
+  direct = np.zeros((2, 13, 3))
+  for i in range(13):
+    for j in range(i + 1):
+      direct[:, i] += np.asarray(kernel[:, i - j]) * np.asarray(u[:, j])
+  np.testing.assert_allclose(s4d.causal_convolution(u, kernel), direct, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(s4d.fft_convolution(u, kernel), direct, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------
+# Report: from scratch and SPT side by side.
+# ----------------------------------------------------------------------------------------------
+def fake_result(folder, model, seed, accuracy, pretrained: bool):
+  results = {'task': 'listops', 'model': model, 'head': 'cls', 'seed': seed,
+             'last': {'test_accuracy': accuracy}, 'best': {'test_accuracy': accuracy}}
+  if pretrained:
+    results['pretraining'] = {'objective': 'masked', 'steps': 10}
+    run_folder.write_json_atomically(run_folder.pretraining_dir(folder) / 'results.json',
+                                     {'phase': 'pretraining', 'steps': 10})
+  run_folder.write_json_atomically(folder / 'results.json', results)
+
+
+def test_report_puts_scratch_and_spt_side_by_side(tmp_path):
+  from lra_luna.report import command  # pylint: disable=import-outside-toplevel
+  for seed, (scratch, pretrained) in enumerate([(0.40, 0.50), (0.42, 0.56)]):
+    fake_result(tmp_path / 'scratch' / f'seed{seed}', 'transformer', seed, scratch, False)
+    # A label written before the suffix existed gets it from the pretraining section.
+    fake_result(tmp_path / 'spt' / f'seed{seed}', 'transformer', seed, pretrained, True)
+  paths = command.make_report(tmp_path)
+  table = (tmp_path / 'report' / 'table_spt.md').read_text()
+  assert tmp_path / 'report' / 'table_spt.md' in paths
+  rows = [line for line in table.splitlines() if line.startswith('| transformer')]
+  assert rows[0].startswith('| transformer | cls | ours | 41.00 ± 1.41 (2)'), rows
+  assert rows[1].startswith('| transformer+spt | cls | ours | 53.00 ± 4.24 (2)'), rows
+  assert 'not shown; no stored copy' in table
+
+
+def test_report_without_spt_runs_writes_no_spt_table(tmp_path):
+  from lra_luna.report import command  # pylint: disable=import-outside-toplevel
+  fake_result(tmp_path / 'a', 'transformer', 0, 0.4, False)
+  command.make_report(tmp_path)
+  assert not (tmp_path / 'report' / 'table_spt.md').exists()
+
+
+def test_spt_runs_are_labelled_apart_from_scratch():
+  config = config_lib.load_config('configs/listops.py:luna16,quick,spt')
+  assert config_lib.model_label(config) == 'luna16+spt'
+  assert config_lib.model_label(config_lib.load_config('configs/listops.py:luna16,quick')) == (
+      'luna16')
+
+
+def test_profile_points_of_the_pretraining_step():
+  from lra_luna.profile import measure  # pylint: disable=import-outside-toplevel
+  config = measure.point_config('configs/listops.py:quick', 'luna16', 60, 8, 'float32', 'masked')
+  sizes = type('Sizes', (), {'vocab_size': 17, 'source': {}})()
+  objective = steps.pretraining_objective(config, sizes)
+  assert objective.name == 'masked' and objective.mask_id == 18
+  assert measure.point_label('luna16', 'masked') == 'luna16 [masked]'
+  plain = measure.point_config('configs/listops.py:quick', 'luna16', 60, 8, 'float32')
+  assert steps.pretraining_objective(plain, sizes) is None
+  causal = measure.point_config('configs/listops.py:quick', 's4d', 60, 8, 'float32', 'causal')
+  assert steps.model_config(causal, type('S', (), {'vocab_size': 17, 'num_classes': 10})()).causal
+
+
+def test_evaluate_and_predict_read_an_spt_run_as_any_other(reference_spt):
+  from lra_luna import evaluate, predict  # pylint: disable=import-outside-toplevel
+  results = read_results(reference_spt)[0]
+  evaluated = evaluate.evaluate_workdir(reference_spt)
+  assert evaluated['last'] == results['last'] and evaluated['model'] == 'luna16+spt'
+  probabilities = predict.load_predictor(reference_spt, 'last').predict_proba(
+      ['( ( [MAX 2 9 ) 4 ] )', '( [MIN 3 1 ] )'])
+  assert probabilities.shape == (2, 10)
+  np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
