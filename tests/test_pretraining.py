@@ -452,9 +452,9 @@ def test_report_puts_scratch_and_spt_side_by_side(tmp_path):
   paths = command.make_report(tmp_path)
   table = (tmp_path / 'report' / 'table_spt.md').read_text()
   assert tmp_path / 'report' / 'table_spt.md' in paths
-  rows = [line for line in table.splitlines() if line.startswith('| transformer')]
-  assert rows[0].startswith('| transformer | cls | ours | 41.00 ± 1.41 (2)'), rows
-  assert rows[1].startswith('| transformer+spt | cls | ours | 53.00 ± 4.24 (2)'), rows
+  rows = [line for line in table.splitlines() if line.startswith('| Transformer')]
+  assert rows[0].startswith('| Transformer | cls | ours | 41.00 ± 1.41 (2)'), rows
+  assert rows[1].startswith('| Transformer + SPT | cls | ours | 53.00 ± 4.24 (2)'), rows
   assert 'not shown; no stored copy' in table
 
 
