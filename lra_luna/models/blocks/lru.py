@@ -2,12 +2,12 @@
 (2023), "Resurrecting Recurrent Neural Networks for Long Sequences" (ICML 2023, arXiv
 2303.06349), as an encoder block.
 
-A diagonal complex linear recurrence of N modes over H features (the paper's §3, its
+A diagonal complex linear recurrence of N modes over H features (the paper's Sec. 3, its
 Appendix A code):
   x_k = Lambda x_{k-1} + gamma * (B u_k),   y_k = Re(C x_k) + D u_k
-with the exponential parameterisation (§3.3) Lambda_j = exp(-exp(nu_log_j) + i exp(theta_log_j))
-(|Lambda_j| < 1 for any parameters) and the normalisation (§3.4) gamma_j = exp(gamma_log_j),
-initialised to sqrt(1 - |Lambda_j|^2). Ring initialisation (§3.3, Lemma 3.2): Lambda uniform on
+with the exponential parameterisation (Sec. 3) Lambda_j = exp(-exp(nu_log_j) + i exp(theta_log_j))
+(|Lambda_j| < 1 for any parameters) and the normalisation (Sec. 3) gamma_j = exp(gamma_log_j),
+initialised to sqrt(1 - |Lambda_j|^2). Ring initialisation (Sec. 3): Lambda uniform on
 the ring r_min <= |Lambda| <= r_max with phases in [0, max_phase]:
   nu_log = log(-log(u1 (r_max^2 - r_min^2) + r_min^2) / 2),  theta_log = log(max_phase u2),
 u1, u2 ~ U[0, 1]. B, C complex Glorot (B's parts N(0, 1/(2H)), C's N(0, 1/N)), D ~ N(0, 1).
@@ -15,7 +15,8 @@ The recurrence is S5's (`s5.linear_recurrence`): by default a sequential jax.lax
 1.5x faster at 4K than jax.lax.associative_scan (option scan='associative').
 Bidirectional (classification): a second scan backwards through the same Lambda and gamma B,
 read out by a second C. The parameters of SSM_PARAMETERS (nu, theta, gamma and B) train at
-config.ssm_learning_rate without weight decay (the paper's Appendix D, smaller rate for them).
+config.ssm_learning_rate without weight decay (as S5's, and the unofficial minimal-LRU
+code's optimizer groups).
 
 The block (the paper's Fig. 1): z = Norm(x) (pre-norm) or x; y = Drop(W1 g * sigmoid(W2 g)),
 g = Drop(GELU(LRU(z))) (S5Block's 'full_glu'); x + y, then the norm (post-norm).
@@ -35,19 +36,19 @@ SSM_PARAMETERS = ('nu_log', 'theta_log', 'gamma_log', 'input_matrix')
 
 def ring_init(key, size: int, r_min: float, r_max: float, max_phase: float):
   """(nu_log, theta_log) [N]: Lambda uniform on the ring r_min <= |Lambda| <= r_max (uniform in
-  area: |Lambda|^2 ~ U[r_min^2, r_max^2]) with phase ~ U[0, max_phase] (§3.3, Lemma 3.2)."""
+  area: |Lambda|^2 ~ U[r_min^2, r_max^2]) with phase ~ U[0, max_phase] (Sec. 3)."""
   u1, u2 = jax.random.uniform(key, (2, size))
   nu_log = jnp.log(-0.5 * jnp.log(u1 * (r_max**2 - r_min**2) + r_min**2))
   return nu_log, jnp.log(max_phase * u2)
 
 
 def eigenvalues(nu_log, theta_log):
-  """Lambda = exp(-exp(nu_log) + i exp(theta_log)) (§3.3), complex64."""
+  """Lambda = exp(-exp(nu_log) + i exp(theta_log)) (Sec. 3), complex64."""
   return jnp.exp(jax.lax.complex(-jnp.exp(nu_log), jnp.exp(theta_log)))
 
 
 def initial_gamma_log(nu_log, theta_log):
-  """log gamma = log sqrt(1 - |Lambda|^2) (§3.4): a unit-variance input keeps a unit-variance
+  """log gamma = log sqrt(1 - |Lambda|^2) (Sec. 3): a unit-variance input keeps a unit-variance
   state."""
   return jnp.log(jnp.sqrt(1.0 - jnp.abs(eigenvalues(nu_log, theta_log))**2))
 

@@ -1,21 +1,21 @@
 """S5: the simplified state space layer of Smith, Warrington and Linderman (2023), "Simplified
 State Space Layers for Sequence Modeling" (ICLR 2023, arXiv 2208.04933), as an encoder block.
 
-One multi-input multi-output diagonal SSM per layer (the paper's §3), H features, P modes:
-  x'(t) = Lambda x(t) + B~ u(t),  y(t) = C~ x(t) + D u(t)        (§2.1 eq. 1, diagonalised §3.2)
+One multi-input multi-output diagonal SSM per layer (the paper's Sec. 3), H features, P modes:
+  x'(t) = Lambda x(t) + B~ u(t),  y(t) = C~ x(t) + D u(t)        (Sec. 2; diagonalised, Sec. 3)
 with Lambda = lambda_re + i lambda_im diagonal, B~ = V^-1 B [P, H], C~ = C V [H, P], D [H]
-diagonal. Per-mode steps Delta = exp(log_step) discretise it (§2.1, App. C):
+diagonal. Per-mode steps Delta = exp(log_step) discretise it (Sec. 2 and the appendix):
   zero-order hold  Lambda_bar = exp(Lambda Delta),  B_bar = Lambda^-1 (Lambda_bar - 1) B~
   bilinear         Lambda_bar = (1 - Delta/2 Lambda)^-1 (1 + Delta/2 Lambda),
                    B_bar = (1 - Delta/2 Lambda)^-1 Delta B~
-and the recurrence x_k = Lambda_bar x_{k-1} + B_bar u_k, y_k = Re(C~ x_k) + D u_k (§2.1 eq. 2)
+and the recurrence x_k = Lambda_bar x_{k-1} + B_bar u_k, y_k = Re(C~ x_k) + D u_k (Sec. 2)
 is computed by `jax.lax.associative_scan` with the operator (a_i, b_i) . (a_j, b_j) =
-(a_j a_i, a_j b_i + b_j) (§3.3, App. H). Conjugate symmetry (§3.2): only the P/2 modes with
+(a_j a_i, a_j b_i + b_j) (Secs. 2-3, the parallel scan). Conjugate symmetry (Sec. 3): only the P/2 modes with
 negative imaginary parts are kept, the output is 2 Re(C~ x). Bidirectional (the authors' LRA
 models): a second scan runs backwards (inclusive of position k) through the same Lambda_bar and
 B_bar, read out by a second C~.
 
-Initialisation (§3.2, §4.3 "HiPPO-N"): Lambda and V are the eigendecomposition of the normal
+Initialisation (Secs. 3-4, "HiPPO-N"): Lambda and V are the eigendecomposition of the normal
 part of HiPPO-LegS, S = A_LegS + p p^T with p_n = sqrt(n + 1/2); with `blocks` J the state is J
 copies of the HiPPO-N of size P / J on a block diagonal. B ~ LeCun normal then B~ = V^-1 B;
 C ~ 'trunc_standard_normal' (LeCun normal per row), 'lecun_normal' (then C~ = C V) or
@@ -48,7 +48,7 @@ SSM_PARAMETERS = ('lambda_re', 'lambda_im', 'b_tilde', 'log_step')
 
 
 # ----------------------------------------------------------------------------------------------
-# Initialisation: HiPPO-N (§4.3) and the block-diagonal state matrix.
+# Initialisation: HiPPO-N (Sec. 4) and the block-diagonal state matrix.
 # ----------------------------------------------------------------------------------------------
 def hippo_legs(size: int) -> np.ndarray:
   """The HiPPO-LegS matrix A [N, N]: -sqrt(2n+1) sqrt(2k+1) below the diagonal, -(n+1) on it."""
@@ -57,7 +57,7 @@ def hippo_legs(size: int) -> np.ndarray:
 
 
 def hippo_n(size: int) -> np.ndarray:
-  """HiPPO-N [N, N]: the normal part of HiPPO-LegS, A + p p^T with p_n = sqrt(n + 1/2) (§4.3):
+  """HiPPO-N [N, N]: the normal part of HiPPO-LegS, A + p p^T with p_n = sqrt(n + 1/2) (Sec. 4):
   -1/2 on the diagonal plus a skew-symmetric matrix."""
   p = np.sqrt(np.arange(size) + 0.5)
   return hippo_legs(size) + p[:, None] * p[None, :]
@@ -75,7 +75,7 @@ def hippo_n_eigendecomposition(size: int):
 
 def block_diagonal_init(state_dim: int, blocks: int, conj_sym: bool):
   """(Lambda [P'], V [P, P'], V_inv [P', P]) of `blocks` copies of HiPPO-N of size P / blocks on
-  a block diagonal (the paper's §4.3 and App. B.1.1). With conjugate symmetry P' = P / 2: each
+  a block diagonal (the paper's Secs. 3-4; the authors' train.py). With conjugate symmetry P' = P / 2: each
   block keeps its modes with negative imaginary parts (the first half), V its columns; V_inv is
   V^H block by block (the authors' train.py)."""
   size = state_dim // blocks
@@ -106,17 +106,17 @@ def initial_c_tilde(key, c_init: str, dim: int, v):
 
 
 # ----------------------------------------------------------------------------------------------
-# The math: discretisations (§2.1) and the linear recurrence (§2.1 eq. 2, §3.3).
+# The math: discretisations (Sec. 2) and the linear recurrence (Secs. 2-3).
 # ----------------------------------------------------------------------------------------------
 def discretize_zoh(lambda_, b_tilde, step):
-  """Zero-order hold (§2.1): Lambda_bar = exp(Lambda Delta), B_bar = Lambda^-1 (Lambda_bar - 1)
+  """Zero-order hold (Sec. 2): Lambda_bar = exp(Lambda Delta), B_bar = Lambda^-1 (Lambda_bar - 1)
   B~. lambda_ [P], b_tilde [P, H] complex, step [P] -> (Lambda_bar [P], B_bar [P, H])."""
   lambda_bar = jnp.exp(lambda_ * step)
   return lambda_bar, ((lambda_bar - 1.0) / lambda_)[:, None] * b_tilde
 
 
 def discretize_bilinear(lambda_, b_tilde, step):
-  """Bilinear (Tustin, App. C): Lambda_bar = (1 - Delta/2 Lambda)^-1 (1 + Delta/2 Lambda),
+  """Bilinear (Tustin; the paper's appendix, the authors' discretize_bilinear): Lambda_bar = (1 - Delta/2 Lambda)^-1 (1 + Delta/2 Lambda),
   B_bar = (1 - Delta/2 Lambda)^-1 Delta B~."""
   inverse = 1.0 / (1.0 - step / 2.0 * lambda_)
   return inverse * (1.0 + step / 2.0 * lambda_), (inverse * step)[:, None] * b_tilde
@@ -126,7 +126,7 @@ DISCRETIZE = {'zoh': discretize_zoh, 'bilinear': discretize_bilinear}
 
 
 def combine(earlier, later):
-  """The scan's associative operator (§3.3): (a_i, b_i) . (a_j, b_j) = (a_j a_i, a_j b_i + b_j),
+  """The scan's associative operator (the parallel scan, Secs. 2-3): (a_i, b_i) . (a_j, b_j) = (a_j a_i, a_j b_i + b_j),
   composing x -> a_i x + b_i then x -> a_j x + b_j."""
   a_i, b_i = earlier
   a_j, b_j = later
