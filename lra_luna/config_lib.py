@@ -56,6 +56,10 @@ WORD_HELP = {
     'fp16': 'float16 compute with dynamic loss scaling',
     'smoke': ('the full model and data shapes for a few steps on a few generated examples: an '
               'end-to-end check in minutes (README, "Smoke tests")'),
+    'rotary': ('rotary positions (RoFormer) in the attention instead of learned ones; the '
+               'models that take them are listed when one does not (docs/positions.md)'),
+    'spt': ("self-pretraining on the task's own training inputs, then fine-tuning "
+            '(docs/spt.md)'),
 }
 # The smoke word (use_smoke_settings): steps trained, batches per evaluation pass, and the
 # largest training and evaluation batch (a pixel task's batch of 512 would take a laptop minutes
