@@ -279,7 +279,7 @@ def test_estimate_without_a_device_size_is_one_line(tmp_path, env, capsys):
 
 @pytest.mark.parametrize('item, expected', [
     ('num_trian_steps=5', "error: --override 'num_trian_steps=5': config.num_trian_steps is no "
-                          'config field. Did you mean config.num_train_steps?'),
+                          'config field. Did you mean config.num_train_steps'),
     ('seed=3', "error: --override 'seed=3': expected KEY=VALUE with a key other than seed and "
                'model.head (the spec sets those: seeds, heads).'),
     ('num_train_steps', "error: --override 'num_train_steps': expected KEY=VALUE"),
