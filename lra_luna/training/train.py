@@ -509,10 +509,7 @@ def final_results(config, runs, state, data, evaluate, label, num_params, monito
       results['pretraining'] = pretraining_record(run.pretrained_from)
     monitor.write(total, i, {'test_accuracy': results['test_accuracy'],
                              'test_loss': results['test_loss']})
-    if is_writer:
-      run_folder.write_json_atomically(run.workdir / run_folder.RESULTS_FILE, results)
-      write_learning_curves(run)
-    run.checkpoints.close()
+    close_run(run, results, is_writer)
     all_results.append(results)
   return all_results
 
@@ -539,12 +536,18 @@ def pretraining_results(config, runs, state, data, evaluate, label, num_params, 
                          'for the token loss and accuracy',
                'data': data_record(config, data), 'run': config_lib.run_record(config)}
     monitor.write(total, i, {'token_loss': results['loss'], 'token_accuracy': results['accuracy']})
-    if is_writer:
-      run_folder.write_json_atomically(run.workdir / run_folder.RESULTS_FILE, results)
-      write_learning_curves(run)
-    run.checkpoints.close()
+    close_run(run, results, is_writer)
     all_results.append(results)
   return all_results
+
+
+def close_run(run, results: dict, is_writer: bool) -> None:
+  """A seed's phase is over: its results.json and learning curves written (by the writing
+  process), its checkpoint manager closed."""
+  if is_writer:
+    run_folder.write_json_atomically(run.workdir / run_folder.RESULTS_FILE, results)
+    write_learning_curves(run)
+  run.checkpoints.close()
 
 
 def pretraining_record(folder) -> dict:
