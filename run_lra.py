@@ -27,6 +27,7 @@ if __name__ == '__main__':
     signal.signal(_signal, stopped_while_loading)
 
 import json  # noqa: E402  (after the handlers: loading JAX takes seconds)
+import pathlib  # noqa: E402
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
@@ -87,8 +88,10 @@ def announce(workdir: str) -> None:
   """The run's first lines (stdout): what it is; for a full-size run its size and time bound,
   and a warning when that bound is long (the steps left, when it resumes)."""
   config_lib.validate(CONFIG)  # a bad field or plug-in in one line, before the size is built
-  print(run_size.opening_line(CONFIG), flush=True)
   steps_left = CONFIG.num_train_steps - (run_folder.saved_step(workdir, 'latest') or 0)
+  if steps_left <= 0 and (pathlib.Path(workdir) / run_folder.RESULTS_FILE).exists():
+    return  # a finished run: training says `nothing to do` as its first line
+  print(run_size.opening_line(CONFIG), flush=True)
   if config_lib.shortened_reasons(CONFIG) or steps_left <= 0:
     return
   lines, seconds = run_size.describe(CONFIG, steps_left)

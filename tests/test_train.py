@@ -451,8 +451,8 @@ def count_evaluations(monkeypatch) -> list:
   passes = []
   real = steps.make_evaluator
 
-  def counting_evaluator(config, graphdef, mesh):
-    evaluate = real(config, graphdef, mesh)
+  def counting_evaluator(config, graphdef, mesh, objective=None):
+    evaluate = real(config, graphdef, mesh, objective)
 
     def counted(state, arrays, on_batch=None):
       passes.append(len(arrays['targets']))
