@@ -21,6 +21,15 @@ OBJECTIVES = model_config_lib.PRETRAINING_OBJECTIVES
 # The mask rate of the authors' README example (`dataset.mlm_prob=0.5`; their configs leave it 0
 # to be set on the command line), the default here.
 AUTHORS_MASK_RATE = 0.5
+LOSSES = ('ce', 'l1')  # config.pretraining.loss: cross-entropy over the vocabulary | pixel L1
+# The pixel normalisation of the authors' L1 targets, (mean, std) in 0..255 grey levels: their
+# CIFAR grey-scale `Normalize(122.6 / 255, 61.0 / 255)` (src/dataloaders/basic.py, CIFAR10LM)
+# and their Pathfinder `Normalize(mean=0.5, std=0.5)` (src/dataloaders/lra.py, PathFinderLM).
+PIXEL_NORMALIZATION = {'image': (122.6, 61.0), 'pathfinder': (127.5, 127.5),
+                       'pathx': (127.5, 127.5)}
+# The tasks whose released SPT configs all use the L1 loss (their *-lra-cifar-mlm.yaml); their
+# Pathfinder and Path-X configs use cross-entropy (all but mega/pathfinder-mlm-l1.yaml).
+AUTHORS_L1_TASKS = ('image',)
 # ModelConfig fields that belong to the classification head or to regularisation, not to the
 # encoder's parameters: fine-tuning may change them against its pretraining.
 HEAD_FIELDS = ('head', 'classifier_dim', 'pair_features', 'dual_head_layers', 'classifier_bias',
@@ -32,10 +41,12 @@ SHARED_FIELDS = ('task', 'model_name', 'max_length', 'append_eos', 'dataset_name
 
 def use_spt_settings(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The word `spt`: masked pretraining at the authors' mask rate with their constant schedule
-  after a warmup, as many steps, the same peak rate and weight decay as the task's training."""
+  after a warmup, as many steps, the same peak rate and weight decay as the task's training, and
+  the authors' loss per task (AUTHORS_L1_TASKS: L1 on pixel values; else cross-entropy)."""
   p = config.pretraining
   p.objective = 'masked'
   p.mask_rate = AUTHORS_MASK_RATE
+  p.loss = 'l1' if config.task in AUTHORS_L1_TASKS else 'ce'
   p.num_train_steps = config.num_train_steps
   p.warmup_steps = config.warmup_steps
   p.schedule = 'constant'
@@ -61,6 +72,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if p.objective == 'masked' and not 0 < p.mask_rate < 1:
     raise ValueError(f'config.pretraining.mask_rate = {p.mask_rate} must be in (0, 1), the '
                      'share of real tokens masked; the authors use 0.5.')
+  if p.objective and p.loss not in LOSSES:
+    raise ValueError(f'config.pretraining.loss = {p.loss!r} is not valid; valid choices: '
+                     f"{list(LOSSES)} ('l1' on pixel tasks only).")
+  if p.objective and p.loss == 'l1' and config.task not in PIXEL_NORMALIZATION:
+    raise ValueError(f"config.pretraining.loss = 'l1' needs pixel values; {config.task} has "
+                     f"tokens: use 'ce' (the L1 loss is for {', '.join(PIXEL_NORMALIZATION)}).")
   if p.objective == 'causal':
     check_causal(config)
   if p.objective and not p.is_phase:

@@ -90,6 +90,61 @@ def test_loss_is_cross_entropy_at_masked_positions_and_zero_gradient_elsewhere()
   assert bool(jnp.all(jnp.any(grad[weights == 1] != 0.0, axis=-1)))
 
 
+def test_pixel_l1_loss_at_masked_positions_and_zero_gradient_elsewhere():
+  """The authors' L1 loss: |value - (pixel - mean) / std| at the weighted positions only."""
+  rng = np.random.default_rng(1)
+  values = jnp.asarray(rng.normal(size=(3, 9)), jnp.float32)
+  pixels = jnp.asarray(rng.integers(0, 256, (3, 9)))
+  weights = jnp.asarray(rng.random((3, 9)) < 0.5, jnp.float32)
+  mean, std = spt.PIXEL_NORMALIZATION['image']
+  total, exact, count = losses.pixel_l1_sums(values, pixels, weights, mean, std)
+  direct = sum(abs(float(values[b, t]) - (int(pixels[b, t]) - mean) / std)
+               for b in range(3) for t in range(9) if weights[b, t])
+  np.testing.assert_allclose(total, direct, rtol=1e-5)
+  assert count == float(jnp.sum(weights)) and exact == 0.0  # random values hit no grey level
+  hit = (pixels - mean) / std  # predictions exactly on the pixels: every weighted one exact
+  assert losses.pixel_l1_sums(hit, pixels, weights, mean, std)[1] == float(jnp.sum(weights))
+  grad = jax.grad(lambda v: losses.pixel_l1_sums(v, pixels, weights, mean, std)[0])(values)
+  assert bool(jnp.all(grad[weights == 0] == 0.0)) and bool(jnp.all(grad[weights == 1] != 0.0))
+
+
+def test_l1_objective_reads_one_value_per_masked_pixel():
+  """token_loss_sums with loss 'l1' reads the head's single output at the masked rows (t + 1)."""
+  pixels = jnp.asarray([[0, 255, 128, 7, 64, 200]])
+  mean, std = spt.PIXEL_NORMALIZATION['pathfinder']
+
+  def pixel_rows(ids, **_):  # Row t + 1 holds pixel t's normalised value exactly.
+    exact = jnp.concatenate([jnp.zeros((1, 1)), (pixels - mean) / std], axis=1)
+    return exact[..., None]
+
+  objective = Objective('masked', 0.5, 256, mask_id=257, mask_padding=False, loss='l1',
+                        pixel_mean=mean, pixel_std=std)
+  assert objective.outputs == 1
+  total, exact, count = token_loss_sums(pixel_rows, {'inputs': pixels}, objective,
+                                        jax.random.key(2), deterministic=True, rngs=None)
+  assert float(total) == 0.0 and exact == count > 0
+  predictor = pretraining.build_token_predictor(
+      tiny.model_config('transformer', mask_token=True), 0, objective.outputs)
+  assert predictor.token_head.logits.kernel.shape[-1] == 1
+
+
+@pytest.mark.parametrize('task, loss', [('listops', 'ce'), ('text', 'ce'), ('retrieval', 'ce'),
+                                        ('image', 'l1'), ('pathfinder', 'ce'), ('pathx', 'ce')])
+def test_spt_word_takes_the_authors_loss_per_task(task, loss):
+  config = config_lib.load_config(f'configs/{task}.py:transformer,quick,spt')
+  config_lib.validate(config)
+  assert config.pretraining.loss == loss
+
+
+def test_l1_loss_on_a_token_task_and_an_unknown_loss_are_refused():
+  message = one_line_error('configs/listops.py:luna16,quick,spt', '--config.pretraining.loss=l1')
+  assert "'l1' needs pixel values" in message and "use 'ce'" in message
+  message = one_line_error('configs/image.py:luna16,quick,spt', '--config.pretraining.loss=mse')
+  config_lib.validate(config_lib.load_config('configs/pathfinder.py:luna16,quick,spt',
+                                             ['--config.pretraining.loss=l1']))  # a pixel task
+  assert "'mse' is not valid" in message and "'ce', 'l1'" in message
+
+
 def test_masked_objective_reads_the_token_rows_and_causal_the_rows_before():
   """A model whose logits at row r are one-hot of r: the masked objective compares row t + 1
   ([CLS] first) with token t, the causal one row t with token t (the next token of row t)."""

@@ -16,13 +16,15 @@ ENCODER = 'encoder'
 
 
 class TokenPredictor(nnx.Module):
-  """Encoder + token head: ids [B, n] -> logits [B, n + 1, vocab_size] over the sequence with
-  [CLS] at position 0 (the masked objective reads rows 1..n, the causal one rows 0..n-1)."""
+  """Encoder + token head: ids [B, n] -> outputs [B, n + 1, outputs] over the sequence with
+  [CLS] at position 0 (the masked objective reads rows 1..n, the causal one rows 0..n-1):
+  logits over the vocabulary (outputs = vocab_size), or one pixel value (outputs = 1, the L1
+  loss)."""
 
-  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, outputs: int | None = None):
     self.mask_padding = cfg.mask_padding
     self.encoder = build_encoder(cfg, rngs)
-    self.token_head = TokenPredictionHead(cfg.dim, cfg.vocab_size, init=cfg.init,
+    self.token_head = TokenPredictionHead(cfg.dim, outputs or cfg.vocab_size, init=cfg.init,
                                           dtype=compute_dtype(cfg), rngs=rngs)
 
   def __call__(self, ids, *, deterministic=True, rngs=None):
@@ -31,9 +33,11 @@ class TokenPredictor(nnx.Module):
     return self.token_head(x)
 
 
-def build_token_predictor(cfg: ModelConfig, seed: int) -> TokenPredictor:
-  """The pretraining model that `cfg` describes, its parameters drawn from `seed`."""
-  return TokenPredictor(cfg, nnx.Rngs(params=seed))
+def build_token_predictor(cfg: ModelConfig, seed: int, outputs: int | None = None
+                          ) -> TokenPredictor:
+  """The pretraining model that `cfg` describes, its parameters drawn from `seed`; `outputs` per
+  position (default: the vocabulary's logits)."""
+  return TokenPredictor(cfg, nnx.Rngs(params=seed), outputs)
 
 
 def transfer_encoder(state: dict, pretrained: dict) -> dict:

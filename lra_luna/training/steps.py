@@ -18,6 +18,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from lra_luna import config_lib
+from lra_luna import spt
 from lra_luna.datasets import input_pipeline
 from lra_luna.models import attention
 from lra_luna.models import classifier as models
@@ -44,10 +45,13 @@ def pretraining_objective(config, data) -> objectives_lib.Objective | None:
   classification."""
   if not config.get('pretraining', {}).get('is_phase', False):
     return None
+  loss = config.pretraining.get('loss', 'ce')
+  mean, std = spt.PIXEL_NORMALIZATION.get(config.task, (0.0, 1.0))
   return objectives_lib.Objective(
       config.pretraining.objective, float(config.pretraining.mask_rate), data.vocab_size,
       mask_id=data.vocab_size + 1, eos_id=int(data.source.get('eos_id', -1)),
-      mask_padding=bool(config.model.mask_padding))
+      mask_padding=bool(config.model.mask_padding), loss=loss, pixel_mean=float(mean),
+      pixel_std=float(std))
 
 
 def matmul_precision(name: str):
@@ -273,7 +277,7 @@ def init_state(model_cfg: ModelConfig, seed: int, tx, objective=None):
   """(graphdef, state, number of parameters) of a fresh model described by `model_cfg`: the
   classifier, or with a pretraining `objective` the token predictor."""
   model = (models.build_model(model_cfg, seed) if objective is None
-           else pretraining.build_token_predictor(model_cfg, seed))
+           else pretraining.build_token_predictor(model_cfg, seed, objective.outputs))
   graphdef, params, constants = nnx.split(model, nnx.Param, ...)
   params, constants = nnx.to_pure_dict(params), nnx.to_pure_dict(constants)
   state = {'params': params, 'constants': constants, 'opt_state': tx.init(params),

@@ -528,6 +528,7 @@ def pretraining_results(config, runs, state, data, evaluate, label, num_params, 
                'objective': config.pretraining.objective,
                'mask_rate': (config.pretraining.mask_rate
                              if config.pretraining.objective == 'masked' else None),
+               'loss_function': config.pretraining.get('loss', 'ce'),
                'seed': int(run.seed), 'num_params': num_params, 'steps': total,
                'vocab_size': data.vocab_size, 'loss': float(val['loss'][i]),
                'accuracy': float(val['accuracy'][i]), 'predicted_tokens': val['count'],
@@ -554,8 +555,8 @@ def pretraining_record(folder) -> dict:
   """results.json's `pretraining` of a fine-tuned run: what its pretraining (in `folder`'s
   pretraining/) recorded."""
   recorded = spt.finished_pretraining(folder) or {}
-  keys = ('objective', 'mask_rate', 'seed', 'steps', 'loss', 'accuracy', 'predicted_tokens',
-          'inputs', 'data')
+  keys = ('objective', 'mask_rate', 'loss_function', 'seed', 'steps', 'loss', 'accuracy',
+          'predicted_tokens', 'inputs', 'data')
   return {'folder': str(run_folder.pretraining_dir(folder)),
           **{key: recorded.get(key) for key in keys}}
 

@@ -19,7 +19,9 @@ class Objective:
   name: 'masked' (denoising: a share of the real tokens replaced by mask_id, predicted back) or
   'causal' (next-token prediction by a causal encoder). vocab_size: the task's vocabulary (the
   classes the token head predicts); eos_id: the end-of-sequence id or -1 (never masked nor
-  predicted); mask_padding: id 0 is padding (False for pixels, where 0 is black).
+  predicted); mask_padding: id 0 is padding (False for pixels, where 0 is black). loss: 'ce'
+  (the head predicts the token) or 'l1' (it predicts the pixel value, normalised by
+  pixel_mean and pixel_std).
   """
   name: str
   mask_rate: float
@@ -27,6 +29,23 @@ class Objective:
   mask_id: int
   eos_id: int = -1
   mask_padding: bool = True
+  loss: str = 'ce'
+  pixel_mean: float = 0.0
+  pixel_std: float = 1.0
+
+  @property
+  def outputs(self) -> int:
+    """The token head's outputs per position: a value (l1) or the vocabulary's logits (ce)."""
+    return 1 if self.loss == 'l1' else self.vocab_size
+
+
+def position_loss_sums(outputs, ids, weights, objective: Objective):
+  """The objective's loss sums (losses.token_cross_entropy_sums or pixel_l1_sums) of the head's
+  outputs [B, n, objective.outputs] against ids [B, n]."""
+  if objective.loss == 'l1':
+    return losses.pixel_l1_sums(outputs[..., 0], ids, weights, objective.pixel_mean,
+                                objective.pixel_std)
+  return losses.token_cross_entropy_sums(outputs, ids, weights)
 
 
 def pretraining_sequences(batch: dict) -> jax.Array:
@@ -56,7 +75,7 @@ def token_loss_sums(model, batch: dict, objective: Objective, key, *, determinis
   if objective.name == 'masked':
     masked_ids, is_masked = masking.mask_tokens(key, ids, real, objective.mask_rate,
                                                 objective.mask_id)
-    logits = model(masked_ids, deterministic=deterministic, rngs=rngs)[:, 1:]
-    return losses.token_cross_entropy_sums(logits, ids, is_masked * weights)
-  logits = model(ids, deterministic=deterministic, rngs=rngs)[:, :-1]
-  return losses.token_cross_entropy_sums(logits, ids, real * weights)
+    outputs = model(masked_ids, deterministic=deterministic, rngs=rngs)[:, 1:]
+    return position_loss_sums(outputs, ids, is_masked * weights, objective)
+  outputs = model(ids, deterministic=deterministic, rngs=rngs)[:, :-1]
+  return position_loss_sums(outputs, ids, real * weights, objective)
