@@ -294,6 +294,26 @@ def test_lengths_take_k_and_a_bad_length_gets_a_clear_error(capsys):
   assert '<lambda>' not in error
 
 
+def test_overrides_reach_every_point_and_its_worker_and_a_bad_key_is_one_line(capsys):
+  args = profile.parse_args(['--models', 'transformer', '--lengths', '60', '--config',
+                             'configs/listops.py:quick', '--override',
+                             'model.prune_last_layer=False', 'model.dim=32'])
+  config = measure.point_config(args.config, 'transformer', 60, 8, 'float32', 'classification',
+                                args.override)
+  assert config.model.prune_last_layer is False and config.model.dim == 32
+  command = isolate.worker_command(args, 'transformer', 60, 'point.json')
+  assert command[-3:] == ['--override', 'model.prune_last_layer=False', 'model.dim=32']
+  assert 'Overrides: model.prune_last_layer=False, model.dim=32.' in tabulate.setting_line(
+      {**fabricated_results([fabricated_point('transformer', 60, 1.0, 1)], ['transformer']),
+       'overrides': args.override})
+  for bad, said in (('model.prunelast=False', 'Did you mean config.model.prune_last_layer'),
+                    ('model.dim', "expected KEY=VALUE")):
+    with pytest.raises(SystemExit):
+      profile.parse_args(['--config', 'configs/listops.py:quick', '--override', bad])
+    error = capsys.readouterr().err
+    assert said in error and len(error.strip().splitlines()) == 1
+
+
 def test_flops_only_counts_the_lowered_step_without_compiling(sweep, tiny_config, tmp_path):
   """--flops_only (campaign --estimate --assume_tflops): XLA's FLOPs of the lowered step, close to
   the compiled step's count the sweep measured, with nothing compiled or timed."""

@@ -131,7 +131,8 @@ def worker_command(args, model_name: str, length: int, result_path,
           '--warmup', str(args.warmup), '--repeats', str(args.repeats),
           '--host_memory_gib', str(args.host_memory_gib),
           '--memory_only' if args.memory_only else '--no-memory_only',
-          '--flops_only' if args.flops_only else '--no-flops_only', '--objective', objective]
+          '--flops_only' if args.flops_only else '--no-flops_only', '--objective', objective,
+          *(['--override', *args.override] if args.override else [])]
 
 
 def profile_point_isolated(args, model_name: str, length: int,

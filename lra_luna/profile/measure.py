@@ -29,11 +29,12 @@ def default_models() -> list[str]:
   return list(config_lib.MODELS)
 
 
-def load_config(spec: str, model_name: str):
-  """`path/to/<task>.py[:arg]` -> its get_config('<model>[,arg]'); a plug-in attention
-  ('file.py:Class', plugins.py) goes into the config of the `transformer` preset."""
+def load_config(spec: str, model_name: str, overrides=()):
+  """`path/to/<task>.py[:arg]` -> its get_config('<model>[,arg]') with the `KEY=VALUE`
+  overrides (--override); a plug-in attention ('file.py:Class', plugins.py) goes into the config
+  of the `transformer` preset."""
   preset = 'transformer' if plugins.is_plugin(model_name) else model_name
-  config = config_lib.load_config(spec, model=preset)
+  config = config_lib.load_config(spec, [f'--config.{item}' for item in overrides], model=preset)
   if plugins.is_plugin(model_name):
     config.model.attention = model_name
   return config
@@ -44,11 +45,12 @@ OBJECTIVES = ('classification', *spt.OBJECTIVES)
 
 
 def point_config(spec: str, model_name: str, length: int, batch_size: int, dtype: str,
-                 objective: str = 'classification'):
+                 objective: str = 'classification', overrides=()):
   """The task config of one profile point: its model at `length` tokens, `batch_size`, `dtype`
-  (the model's compute dtype); with a pretraining `objective` the config of the pretraining
-  phase (spt.phase_config: the token head at every position; causal with the mean head)."""
-  config = load_config(spec, model_name)
+  (the model's compute dtype), the `KEY=VALUE` overrides; with a pretraining `objective` the
+  config of the pretraining phase (spt.phase_config: the token head at every position; causal
+  with the mean head)."""
+  config = load_config(spec, model_name, overrides)
   config.max_length = length
   config.batch_size = batch_size
   config.model.dtype = dtype
@@ -283,7 +285,7 @@ def profile_point(args, model_name: str, length: int, *, crash_ok: bool = False,
   label = point_label(model_name, objective)
   try:
     config = point_config(args.config, model_name, length, args.batch_size, args.dtype,
-                          objective)
+                          objective, args.override)
     result = measure_point(config, warmup=args.warmup, repeats=args.repeats,
                            memory_only=args.memory_only, flops_only=args.flops_only,
                            host_memory=int(args.host_memory_gib * 2**30))

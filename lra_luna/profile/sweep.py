@@ -108,6 +108,9 @@ def make_parser() -> cli.ArgumentParser:
   parser.add_argument('--objective', default='classification', choices=measure.OBJECTIVES,
                       help='masked | causal: each model\'s pretraining step (spt.py: the token '
                       'head at every position) beside its classification step, as its own row')
+  parser.add_argument('--override', action='extend', nargs='+', default=[], metavar='KEY=VALUE',
+                      help='config fields of every point, as sweep --override (e.g. '
+                      'model.prune_last_layer=False)')
   parser.add_argument('--point_output', default=None, help=argparse.SUPPRESS)  # worker mode
   return parser
 
@@ -127,6 +130,10 @@ def resolve_names(parser, args) -> None:
     for name in filter(plugins.is_plugin, args.models):
       plugins.load_class(name)
     args.config = f'{config_lib.config_spec_path(args.config).resolve()}{sep}{arg}'
+    bad = [item for item in args.override if '=' not in item]
+    if bad:
+      raise ValueError(f'--override {bad[0]!r}: expected KEY=VALUE, e.g. model.dim=64.')
+    measure.load_config(args.config, args.models[0], args.override)  # a bad key: one line now
   except (ValueError, FileNotFoundError) as e:
     parser.error(str(e))
 
@@ -156,8 +163,9 @@ def write_outputs(results: dict, out_dir: pathlib.Path) -> None:
 
 def sweep_header(args, device: dict, isolated: bool) -> dict:
   """profile.json's fields before any point: the setting of the whole sweep."""
-  config = measure.load_config(args.config, args.models[0])
+  config = measure.load_config(args.config, args.models[0], args.override)
   return {'device': device, 'task': config.task, 'config': args.config,
+          'overrides': list(args.override),
           'batch_size': args.batch_size, 'dtype': args.dtype,
           'matmul_precision': measure.matmul_precision(config),
           'models': [measure.point_label(name, objective) for name in args.models

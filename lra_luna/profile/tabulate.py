@@ -195,6 +195,8 @@ def setting_line(results: dict) -> str:
           f'matmul precision {matmul_precisions(results)}, '
           f'{device["device_kind"]} ({device["platform"]}), jax {device["jax_version"]}; '
           f'memory = {MEMORY_LABELS[memory_key(results["points"])]}.'
+          + (f' Overrides: {", ".join(results["overrides"])}.' if results.get('overrides')
+             else '')
           + (' Compiled only (--memory_only): no step ran, speed not timed.'
              if results.get('memory_only') else ''))
 
