@@ -17,7 +17,7 @@ def get_config():
   c = campaign.base_spec()
   c.name = 'spt_quick'
   c.tasks = ['pathfinder', 'listops']
-  c.models = ['transformer', 'luna16', 's4d']
+  c.models = ['luna16', 's4d', 'transformer']
   c.heads = []                             # each quick config's own head, as the scratch runs
   c.seeds = [0, 1, 2, 3, 4]
   c.protocol = 'lra'
