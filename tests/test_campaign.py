@@ -884,3 +884,16 @@ def test_a_head_skipped_for_some_models_is_said(tmp_path):
       'head mean_p is skipped for transformer, performer (they pool cls, mean only; mean_p '
       'needs a Luna model).']
   assert plan_lib.skipped_heads(campaign.load_spec(write_spec(tmp_path / 'b.py'))) == []
+
+
+@pytest.mark.parametrize('path', sorted((REPO / 'campaigns').glob('*.py')), ids=lambda p: p.stem)
+def test_every_ready_spec_loads_and_names_configs_that_build(path):
+  """Each campaigns/*.py passes the spec checks, and each of its (task, model) configs builds
+  with its variant and protocol words (what a run of the campaign would load first)."""
+  spec = spec_lib.load_spec(path)
+  for task in spec.tasks:
+    for model in spec.models[:2]:
+      config = config_lib.load_config(spec_lib.config_spec(task, model, spec.protocol,
+                                                           spec.variant))
+      config_lib.validate(config)
+      assert config.task == task and config.model_name == model.partition('+')[0]
