@@ -173,7 +173,7 @@ def pretraining_config() -> ml_collections.ConfigDict:
   p.objective = ''                  # '' (train from scratch) | 'masked' | 'causal'
   p.mask_rate = 0.5                 # masked: share of the real tokens replaced by the mask id
   # The token loss: 'ce' cross-entropy over the task's vocabulary | 'l1' the absolute error of
-  # the normalised pixel value (pixel tasks; the authors' image and pathfinder `lm_loss: l1`).
+  # the normalised pixel value (pixel tasks; the authors' `lm_loss: l1`, which spt sets on Image).
   p.loss = 'ce'
   p.num_train_steps = 0             # optimizer steps of the pretraining phase
   p.warmup_steps = 0                # its schedule's warmup
