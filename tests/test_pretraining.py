@@ -540,6 +540,30 @@ def test_profile_points_of_the_pretraining_step():
   assert steps.model_config(causal, type('S', (), {'vocab_size': 17, 'num_classes': 10})()).causal
 
 
+def test_an_image_pretraining_step_trains_a_one_value_head_on_the_l1_loss():
+  """The word spt on Image, through the training step: the objective carries the authors' pixel
+  normalisation, the state's token head has one output, and the step's loss is the L1 loss."""
+  config = spt.phase_config(config_lib.load_config('configs/image.py:transformer,quick,spt'))
+  config.model.update(num_layers=1, dim=16, ffn_dim=16, num_heads=2)
+  config.max_length = 32
+  sizes = type('Sizes', (), {'vocab_size': 256, 'num_classes': 10, 'source': {}})()
+  objective = steps.pretraining_objective(config, sizes)
+  assert (objective.loss, objective.pixel_mean, objective.pixel_std) == (
+      'l1', *spt.PIXEL_NORMALIZATION['image'])
+  graphdef, state, _ = steps.init_state(steps.model_config(config, sizes), 0,
+                                        steps.make_optimizer(config), objective)
+  assert state['params']['token_head']['logits']['kernel'].shape[-1] == 1
+  pixels = jnp.asarray(np.random.default_rng(0).integers(0, 256, (4, 32)), jnp.int32)
+  batch = {'inputs': pixels, 'targets': jnp.zeros((4,), jnp.int32)}
+  grads, loss, accuracy = steps.batch_gradients(state['params'], state['constants'], batch,
+                                                jax.random.key(0), None, graphdef=graphdef,
+                                                objective=objective)
+  # An untrained head predicts values near 0: the L1 loss is about the mean |normalised pixel|.
+  typical = float(jnp.mean(jnp.abs((pixels - 122.6) / 61.0)))
+  assert 0.5 * typical < float(loss) < 2 * typical and 0.0 <= float(accuracy) <= 1.0
+  assert float(optax.tree.norm(grads['token_head'])) > 0.0
+
+
 def test_evaluate_and_predict_read_an_spt_run_as_any_other(reference_spt):
   from lra_luna import evaluate, predict  # pylint: disable=import-outside-toplevel
   results = read_results(reference_spt)[0]

@@ -301,6 +301,11 @@ def test_overrides_reach_every_point_and_its_worker_and_a_bad_key_is_one_line(ca
   config = measure.point_config(args.config, 'transformer', 60, 8, 'float32', 'classification',
                                 args.override)
   assert config.model.prune_last_layer is False and config.model.dim == 32
+  # On a pretraining point an override wins over the spt word's settings (Image: l1 -> ce).
+  for loss_overrides, loss in (((), 'l1'), (('pretraining.loss=ce',), 'ce')):
+    image = measure.point_config('configs/image.py:quick', 'luna16', 64, 2, 'float32', 'masked',
+                                 loss_overrides)
+    assert (image.pretraining.objective, image.pretraining.loss) == ('masked', loss)
   command = isolate.worker_command(args, 'transformer', 60, 'point.json')
   assert command[-3:] == ['--override', 'model.prune_last_layer=False', 'model.dim=32']
   assert 'Overrides: model.prune_last_layer=False, model.dim=32.' in tabulate.setting_line(

@@ -29,12 +29,13 @@ def default_models() -> list[str]:
   return list(config_lib.MODELS)
 
 
-def load_config(spec: str, model_name: str, overrides=()):
+def load_config(spec: str, model_name: str, overrides=(), spt_word: bool = False):
   """`path/to/<task>.py[:arg]` -> its get_config('<model>[,arg]') with the `KEY=VALUE`
-  overrides (--override); a plug-in attention ('file.py:Class', plugins.py) goes into the config
-  of the `transformer` preset."""
+  overrides (--override), after the word spt where `spt_word`; a plug-in attention
+  ('file.py:Class', plugins.py) goes into the config of the `transformer` preset."""
   preset = 'transformer' if plugins.is_plugin(model_name) else model_name
-  config = config_lib.load_config(spec, [f'--config.{item}' for item in overrides], model=preset)
+  words = {'model': preset, **({'spt': True} if spt_word else {})}
+  config = config_lib.load_config(spec, [f'--config.{item}' for item in overrides], **words)
   if plugins.is_plugin(model_name):
     config.model.attention = model_name
   return config
@@ -50,12 +51,13 @@ def point_config(spec: str, model_name: str, length: int, batch_size: int, dtype
   (the model's compute dtype), the `KEY=VALUE` overrides; with a pretraining `objective` the
   config of the pretraining phase (spt.phase_config: the token head at every position; causal
   with the mean head)."""
-  config = load_config(spec, model_name, overrides)
+  # The spt word's settings first, so that an override (e.g. pretraining.loss) wins over them.
+  config = load_config(spec, model_name, overrides, spt_word=objective != 'classification')
   config.max_length = length
   config.batch_size = batch_size
   config.model.dtype = dtype
   if objective != 'classification':
-    spt.use_spt_settings(config).pretraining.objective = objective
+    config.pretraining.objective = objective
     if objective == 'causal':
       config.model.head = 'mean'
     config = spt.phase_config(config)
