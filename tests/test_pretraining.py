@@ -223,6 +223,29 @@ def test_spt_word_combines_with_every_variant(words):
   assert phase.pretraining.is_phase and not config.pretraining.is_phase
 
 
+# The paper's Section 2 (Amos et al. 2024), written out here rather than read from spt.py, so
+# that a wrong rate there fails this test.
+PAPER_RATES = [('listops', 0.10), ('text', 0.15), ('retrieval', 0.15), ('image', 0.50),
+               ('pathfinder', 0.50), ('pathx', 0.50)]
+
+
+@pytest.mark.parametrize('task,rate', PAPER_RATES)
+def test_spt_word_sets_the_papers_mask_rate_for_each_task(task, rate):
+  config = config_lib.load_config(f'configs/{task}.py:transformer,spt')
+  assert config.pretraining.mask_rate == pytest.approx(rate)
+  overridden = config_lib.load_config(f'configs/{task}.py:transformer,spt',
+                                      ['--config.pretraining.mask_rate=0.3'])
+  assert overridden.pretraining.mask_rate == pytest.approx(0.3)
+
+
+def test_masked_objective_without_the_word_asks_for_a_rate():
+  message = one_line_error('configs/listops.py:luna16,quick',
+                           '--config.pretraining.objective=masked',
+                           '--config.pretraining.num_train_steps=10',
+                           '--config.pretraining.learning_rate=0.001')
+  assert 'mask_rate' in message and '0.10 on ListOps' in message and 'spt' in message
+
+
 @pytest.mark.parametrize('model', sorted(config_lib.MODELS))
 def test_spt_validates_for_every_model(model):
   config_lib.validate(config_lib.load_config(f'configs/listops.py:{model},quick,spt'))
