@@ -7,6 +7,12 @@ import os
 import shutil
 import tempfile
 
+# submitit's import runs logging.config.dictConfig, which closes every handler already made; absl's
+# handler, made when a test module imports absl during collection, writes to pytest's capture
+# file of that moment, and closing it crashes pytest ('lost sys.stderr'). Imported first, it has
+# no handler to close.
+import submitit  # pylint: disable=unused-import
+
 _CACHE_DIR = tempfile.mkdtemp(prefix='lra_luna_test_xla_cache_')
 atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', _CACHE_DIR)
