@@ -65,20 +65,19 @@ def number_list(example: str, *, minimum: float = 0, integers: bool = False):
   each once; a bad entry is an error quoting `example`, a list the flag accepts."""
   kind = 'integers' if integers else 'numbers'
   def parse(text: str) -> list:
-    values = []
-    for item in list_items(text):
+    values, items = [], list_items(text)
+    for item in items:
       try:
         value = int(item) if integers else float(item)
       except ValueError:
         value = None
       if value is None or not value > minimum:
-        raise argparse.ArgumentTypeError(f'{item!r} is not one of the {kind} above {minimum:g} '
-                                         f'it expects (a comma-separated list such as '
-                                         f'{example})')
+        raise argparse.ArgumentTypeError(f'{item!r} is no {kind[:-1]} above {minimum:g}; expected '
+                                         f'comma-separated {kind} such as {example}')
       values.append(value)
     if not values:
-      raise argparse.ArgumentTypeError(f'expected a comma-separated list such as {example}')
-    return refuse_repeats(values)
+      raise argparse.ArgumentTypeError(f'expected comma-separated {kind} such as {example}')
+    return refuse_repeats(values, items)
   return parse
 
 
