@@ -72,7 +72,7 @@ fi
 
 if (( DRY_RUN )); then
   OUT=${OUT:-$REPO/runs/gpu_session_dry}
-  BUDGET_S=${BUDGET_S:-300}; BUDGET_A=${BUDGET_A:-120}; BUDGET_B=${BUDGET_B:-150}
+  BUDGET_S=${BUDGET_S:-420}; BUDGET_A=${BUDGET_A:-200}; BUDGET_B=${BUDGET_B:-180}
 else
   OUT=${OUT:-$REPO/runs/gpu_session}
   BUDGET_S=${BUDGET_S:-540}; BUDGET_A=${BUDGET_A:-270}; BUDGET_B=${BUDGET_B:-230}

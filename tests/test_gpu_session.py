@@ -44,7 +44,10 @@ def test_the_cpu_dry_run_runs_every_part_and_archives_it(tmp_path):
   for part in ('a. profile bfloat16', 'a. profile float32', 'b. listops luna16',
                'b. listops transformer'):
     assert f'== {part}: budget ' in log, part  # each part says its budget first
-    assert f'{part}: done in ' in log, part
+    # Part a may meet its budget on a loaded CPU (six models lowered per dtype): kept, not failed.
+    ended = ('done in ',) if part.startswith('b.') else ('done in ', 'stopped by its budget')
+    assert any(f'{part}: {end}' in log for end in ended), part
+  assert 'FAILED' not in log
   summary = (out / 'summary.md').read_text()
   speeds = [line for line in summary.splitlines() if line.startswith('- ')]
   assert [line.split(':')[0] for line in speeds] == ['- luna16', '- transformer']
