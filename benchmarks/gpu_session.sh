@@ -2,20 +2,20 @@
 # One GPU session in one call (docs/gpu.md, "One session on a lent GPU"): installs the wheels
 # carried in .whl/, then, each part under its own `timeout` and writing its results under $OUT as
 # it goes:
-#   a. Table 2: the profiler for the fused Transformer, Luna-16, S4D, S5 and Mega-chunk at 1K-4K,
-#      batch 32, bfloat16 then float32;
+#   a. Table 2: the profiler for the Transformer (its baseline), the fused Transformer, Luna-16,
+#      S4D, S5 and Mega-chunk at 1K, 2K and 4K, batch 32, bfloat16 then float32;
 #   b. full-size ListOps (LRA protocol, 5000 steps) for Luna-16 and the Transformer, one seed
 #      each, as many steps as the budget allows, with their time per step;
 #   c. the mid campaign (campaigns/mid.py) with the time left, skipped when the spec is absent.
 #
 #   benchmarks/gpu_session.sh                  # on the GPU machine, from the repository root
-#   benchmarks/gpu_session.sh --cpu-dry-run    # here: tiny sizes, a couple of minutes
+#   benchmarks/gpu_session.sh --cpu-dry-run    # here: tiny sizes, 3 to 4 minutes
 #   benchmarks/gpu_session.sh --check-size     # what would travel, against the 64 MiB limit
 #
-# Budgets in seconds (environment): BUDGET_S (540, the whole), BUDGET_A (240), BUDGET_B (240);
-# part c gets what is left of BUDGET_S. OUT (the device tool's; default runs/gpu_session) gets at
-# most 8 files, each part one archive: session.log, env.txt, summary.md, a_table2.tgz,
-# b_listops.tgz, c_mid.tgz. PYTHON (default python3) runs the suite.
+# Budgets in seconds (environment): BUDGET_S (540, the whole), BUDGET_A (270), BUDGET_B (230);
+# part c gets what is left of BUDGET_S (dry run: 420, 200, 180). OUT (the device tool's; default
+# runs/gpu_session) gets at most 8 files, each part one archive: session.log, env.txt,
+# summary.md, a_table2.tgz, b_listops.tgz, c_mid.tgz. PYTHON (default python3) runs the suite.
 set -u -o pipefail
 
 DRY_RUN=${DRY_RUN:-0}
@@ -24,7 +24,7 @@ for arg in "$@"; do
   case "$arg" in
     --cpu-dry-run) DRY_RUN=1 ;;
     --check-size) CHECK_SIZE=1 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "error: unknown argument '$arg'; give --cpu-dry-run, --check-size or nothing" \
          "(benchmarks/gpu_session.sh --help)." >&2; exit 2 ;;
   esac
