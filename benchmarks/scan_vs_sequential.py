@@ -22,6 +22,7 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from lra_luna import cli  # noqa: E402
 from lra_luna.profile import measure  # noqa: E402
 
 METHODS = ('associative', 'sequential')
@@ -35,15 +36,16 @@ def point(config_spec: str, model: str, length: int, batch_size: int, scan: str)
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--models', default='s5,lru')
-  parser.add_argument('--lengths', default='4096')
+  parser.add_argument('--models', type=lambda text: cli.refuse_repeats(cli.list_items(text)),
+                      default=['s5', 'lru'])
+  parser.add_argument('--lengths', type=cli.int_list, default=[4096])
   parser.add_argument('--batch_size', type=int, default=1)
   parser.add_argument('--config', default='configs/text.py')
   parser.add_argument('--rounds', type=int, default=3)
   parser.add_argument('--repeats', type=int, default=3, help='timed steps per round and side')
   args = parser.parse_args()
-  for model in args.models.split(','):
-    for length in (int(n) for n in args.lengths.split(',')):
+  for model in args.models:
+    for length in args.lengths:
       times = {method: [] for method in METHODS}
       memory = {}
       for round_ in range(args.rounds):

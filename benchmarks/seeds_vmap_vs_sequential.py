@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO))  # Run as a script: make lra_luna importable.
 
 import jax  # pylint: disable=g-import-not-at-top
 
+from lra_luna import cli  # pylint: disable=g-import-not-at-top
 from lra_luna import datasets  # pylint: disable=g-import-not-at-top
 from lra_luna.training import run_folder  # pylint: disable=g-import-not-at-top
 from lra_luna import sweep  # pylint: disable=g-import-not-at-top
@@ -54,12 +55,12 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--config', default='configs/listops.py:luna16,quick')
-  parser.add_argument('--seeds', default='0,1,2,3,4')
+  parser.add_argument('--seeds', type=cli.int_list, default=[0, 1, 2, 3, 4])
   parser.add_argument('--override', action='extend', nargs='+', default=[], metavar='KEY=VALUE')
   parser.add_argument('--work_dir', default='/tmp/seeds_vmap_vs_sequential')
   args = parser.parse_args()
 
-  seeds = [int(s) for s in args.seeds.split(',')]
+  seeds = args.seeds
   runs = sweep.plan([args.config], seeds, [], args.override, args.work_dir)
   steps = runs[0].config.num_train_steps
   datasets.load_task(runs[0].config)  # Generate missing data before any clock starts.
@@ -70,8 +71,9 @@ def main() -> None:
     sweep_dir = pathlib.Path(args.work_dir) / mode
     shutil.rmtree(sweep_dir, ignore_errors=True)  # Fresh: nothing to skip or resume.
     start = time.perf_counter()
-    status = sweep.main(['--config', args.config, '--seeds', args.seeds, '--mode', mode,
-                         '--sweep_dir', str(sweep_dir), '--override', *args.override])
+    status = sweep.main(['--config', args.config, '--seeds', ','.join(map(str, seeds)),
+                         '--mode', mode, '--sweep_dir', str(sweep_dir),
+                         '--override', *args.override])
     wall = time.perf_counter() - start
     if status:
       sys.exit(f'{mode} sweep failed (exit status {status}); see its logs under {sweep_dir}.')

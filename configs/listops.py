@@ -10,7 +10,10 @@ Release data: `python data/import_lra_release.py <lra_release>` links listops-10
 root, which data_source 'auto' then prefers; --config.data_source=release requires it.
 Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick,
 paper (the Luna authors' protocol; with quick: their model details, tokens and optimizer at
-the quick sizes, steps and rates).
+the quick sizes, steps and rates), fp16
+(float16 compute with loss scaling), smoke (the whole pipeline in a few steps), rotary (rotary
+positions) and spt (self-pretraining, then fine-tuning); `python run_lra.py --help`
+describes each.
 """
 
 import ml_collections

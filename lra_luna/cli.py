@@ -3,6 +3,7 @@ naming the flag and the --help that lists them (argparse's default prints the wh
 first), and typed list arguments whose errors name what was wrong."""
 
 import argparse
+import difflib
 import sys
 import textwrap
 
@@ -24,32 +25,76 @@ class ArgumentParser(argparse.ArgumentParser):
     sys.exit(2)
 
 
-def int_list(text: str) -> list[int]:
-  """'0,1,2' -> [0, 1, 2]; an argparse type, so a bad entry is reported with its flag."""
+def list_items(text: str) -> list[str]:
+  """'a, b,,c' -> ['a', 'b', 'c']: the entries of a comma-separated list flag."""
+  return [item.strip() for item in text.split(',') if item.strip()]
+
+
+def refuse_repeats(values: list, shown=None) -> list:
+  """values unchanged when each is there once; else argparse.ArgumentTypeError in one line
+  naming the repeat (`shown` gives an entry as the user wrote it, e.g. 1K for 1024). Every list
+  flag of the suite's tools goes through it, so a repeat never runs twice or counts twice."""
+  seen = set()
+  for index, value in enumerate(values):
+    if value in seen:
+      what = shown[index] if shown else value
+      raise argparse.ArgumentTypeError(
+          f'{what!s} is given twice; give each entry once')
+    seen.add(value)
+  return values
+
+
+def int_list(text: str, example: str = '0,1,2') -> list[int]:
+  """'0,1,2' -> [0, 1, 2]; an argparse type, so a bad entry (or a repeat) is reported with its
+  flag."""
   values = []
-  for item in filter(None, (s.strip() for s in text.split(','))):
+  for item in list_items(text):
     try:
       values.append(int(item))
     except ValueError:
       raise argparse.ArgumentTypeError(f'{item!r} is not an integer (expected a comma-separated '
-                                       f'list of integers such as 0,1,2)') from None
+                                       f'list of integers such as {example})') from None
   if not values:
-    raise argparse.ArgumentTypeError('expected a comma-separated list of integers such as 0,1,2')
-  return values
+    raise argparse.ArgumentTypeError(f'expected a comma-separated list of integers such as '
+                                     f'{example}')
+  return refuse_repeats(values)
+
+
+def number_list(example: str, *, minimum: float = 0, integers: bool = False):
+  """An argparse type: 'a,b' -> [a, b], numbers above `minimum` (whole ones with `integers`),
+  each once; a bad entry is an error quoting `example`, a list the flag accepts."""
+  kind = 'integers' if integers else 'numbers'
+  def parse(text: str) -> list:
+    values, items = [], list_items(text)
+    for item in items:
+      try:
+        value = int(item) if integers else float(item)
+      except ValueError:
+        value = None
+      if value is None or not value > minimum:
+        raise argparse.ArgumentTypeError(f'{item!r} is no {kind[:-1]} above {minimum:g}; expected '
+                                         f'comma-separated {kind} such as {example}')
+      values.append(value)
+    if not values:
+      raise argparse.ArgumentTypeError(f'expected comma-separated {kind} such as {example}')
+    return refuse_repeats(values, items)
+  return parse
 
 
 def choice_list(choices):
-  """An argparse type: 'a,b' -> ['a', 'b'], each one of `choices`; an unknown entry (or none at
-  all) is an error naming the valid choices, so a typo stops the tool before anything runs
-  rather than filtering everything out."""
+  """An argparse type: 'a,b' -> ['a', 'b'], each one of `choices` and each once; an unknown
+  entry (or none at all) is an error naming the closest valid choice and all of them, so a typo
+  stops the tool before anything runs rather than filtering everything out."""
   def parse(text: str) -> list[str]:
-    values = [item.strip() for item in text.split(',') if item.strip()]
+    values = list_items(text)
     unknown = [v for v in values if v not in choices]
     if unknown or not values:
-      what = f'{unknown[0]!r} is unknown' if unknown else 'names none'
+      close = difflib.get_close_matches(unknown[0], choices, n=1, cutoff=0.6) if unknown else []
+      hint = f' (did you mean {close[0]!r}?)' if close else ''
+      what = f'{unknown[0]!r} is unknown{hint}' if unknown else 'names none'
       raise argparse.ArgumentTypeError(f'{what}; valid choices: {", ".join(choices)} '
                                        '(comma-separated)')
-    return values
+    return refuse_repeats(values)
   return parse
 
 

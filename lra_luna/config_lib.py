@@ -86,8 +86,8 @@ def parse_arg(arg: str | None, **defaults) -> types.SimpleNamespace:
       kind = 'model' if close and close[0] in MODELS else 'word'
       hint = f' Did you mean {close[0]!r}?' if close else ''
       raise ValueError(f'Unknown {kind} {key!r} in config argument {arg!r}.{hint} Valid words: '
-                       f'a model ({", ".join(MODELS)}), {", ".join(flag_words)}, or key=value '
-                       f'for {", ".join(values)}.')
+                       f'a model ({", ".join(MODELS)}), or one of {", ".join(flag_words)}; each '
+                       'also as word=value, e.g. model=luna16 or quick=false.')
     values[key] = _word_value(key, value, values[key], arg)
   if values['model'] not in MODELS:
     raise ValueError(f'Unknown model {values["model"]!r} in config argument {arg!r}; valid '

@@ -102,6 +102,10 @@ def plan(specs, seeds, heads, overrides, sweep_dir) -> list[Run]:
         config_lib.validate(config)
         workdir = run_folder.sweep_run_dir(sweep_dir, config.task,
                                            config_lib.model_label(config), head, seed)
+        same = next((run for run in runs if run.workdir == workdir), None)
+        if same is not None:
+          raise ValueError(f'--config {spec} and --config {same.spec} make the same runs '
+                           f'({workdir}); give each config once.')
         runs.append(Run(spec, overrides, head, seed, workdir, config))
   check_heads_pooled(heads, pooled, skipped)
   return runs

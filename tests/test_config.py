@@ -150,3 +150,21 @@ def test_a_config_json_written_before_new_fields_still_matches_its_run():
   # A new field set away from its default is a difference, not a default.
   paper = config_lib.load_config(f'{config_lib.CONFIG_DIR}/listops.py:luna16,quick,paper')
   assert 'protocol' in run_folder.config_differences(old, paper)
+
+
+def test_an_unknown_word_ends_in_the_valid_words_said_plainly():
+  with pytest.raises(ValueError) as error:
+    config_lib.parse_arg('luna16,foo=3')
+  flags = ', '.join(word for word, value in config_lib.WORDS.items() if isinstance(value, bool))
+  assert str(error.value).endswith(f'or one of {flags}; each also as word=value, e.g. '
+                                   'model=luna16 or quick=false.')
+
+
+@pytest.mark.parametrize('task', ['listops', 'text', 'retrieval', 'image', 'pathfinder', 'pathx'])
+def test_each_task_configs_docstring_names_every_word(task):
+  path = pathlib.Path(LISTOPS).parent / f'{task}.py'
+  doc = ' '.join(ast.get_docstring(ast.parse(path.read_text())).split())
+  words = doc[doc.index('Words after the colon'):]
+  missing = [word for word in config_lib.WORDS if word != 'model' and f' {word} (' not in words
+             and f' {word},' not in words]
+  assert not missing, f'{path.name} does not name the words {missing}'

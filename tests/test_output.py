@@ -196,7 +196,30 @@ def test_help_ends_in_users_words_not_module_lists(capsys, tool):
 def test_a_choice_list_names_the_valid_choices():
   parse = cli.choice_list(('cls', 'mean', 'mean_p'))
   assert parse('cls, mean_p') == ['cls', 'mean_p']
-  for bad, said in (('cls,meanp', "'meanp' is unknown"), (',', 'names none')):
+  for bad, said in (('cls,meanp', "'meanp' is unknown \\(did you mean 'mean_p'\\?\\)"),
+                    ('cls,xyz', "'xyz' is unknown"), (',', 'names none')):
     with pytest.raises(argparse.ArgumentTypeError, match=said + '; valid choices: cls, mean, '
                        'mean_p'):
       parse(bad)
+
+
+@pytest.mark.parametrize('parse, text, repeat', [
+    (cli.int_list, '0,1,0', '0'),
+    (cli.choice_list(('cls', 'mean', 'mean_p')), 'cls, cls', 'cls'),
+    (cli.number_list('1,2,4', integers=True), '4,4', '4'),
+    (cli.number_list('0.25,0.5,1'), '0.5,0.50', '0.50'),
+])
+def test_every_list_type_refuses_a_repeated_entry_in_one_line(parse, text, repeat):
+  with pytest.raises(argparse.ArgumentTypeError) as error:
+    parse(text)
+  assert str(error.value) == f'{repeat} is given twice; give each entry once'
+
+
+def test_a_number_list_refuses_what_it_does_not_suggest():
+  parse = cli.number_list('4,8,16', integers=True)
+  assert parse('4, 8') == [4, 8]
+  for bad in ('0', 'abc', '2.5', '-1'):
+    with pytest.raises(argparse.ArgumentTypeError, match='such as 4,8,16') as error:
+      parse(bad)
+    assert str(error.value).startswith(f"'{bad}' is no integer above 0; expected")
+  assert cli.number_list('0.5,1')('0.25,1') == [0.25, 1.0]

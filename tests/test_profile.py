@@ -285,6 +285,8 @@ def test_a_point_too_big_for_the_host_is_skipped_before_it_runs(tiny_config, mon
 
 def test_lengths_take_k_and_a_bad_length_gets_a_clear_error(capsys):
   assert profile.length_list('1K,2k,3072') == [1024, 2048, 3072]
+  with pytest.raises(argparse.ArgumentTypeError, match='^1K is given twice; give each entry once$'):
+    profile.length_list('1024,1K')
   with pytest.raises(argparse.ArgumentTypeError, match="'1x' in '1K,1x' is no sequence length"):
     profile.length_list('1K,1x')
   with pytest.raises(SystemExit):
@@ -292,6 +294,16 @@ def test_lengths_take_k_and_a_bad_length_gets_a_clear_error(capsys):
   error = capsys.readouterr().err
   assert "argument --lengths: 'big' in '1K,big' is no sequence length" in error
   assert '<lambda>' not in error
+
+
+@pytest.mark.parametrize('flag, value, repeat', [('--models', 'luna16,s4d,luna16', 'luna16'),
+                                               ('--lengths', '1K,2K,2048', '2048')])
+def test_a_repeated_model_or_length_is_refused_in_one_line(capsys, flag, value, repeat):
+  with pytest.raises(SystemExit) as stop:
+    profile.parse_args([flag, value])
+  error = capsys.readouterr().err
+  assert stop.value.code == 2 and error.count('\n') == 1
+  assert f'argument {flag}: {repeat} is given twice; give each entry once' in error
 
 
 def test_overrides_reach_every_point_and_its_worker_and_a_bad_key_is_one_line(capsys):

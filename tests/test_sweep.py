@@ -156,6 +156,27 @@ def test_an_unknown_head_stops_before_anything_runs(tmp_path, recorded, capsys, 
   assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize('extra, said', [
+    (('--seeds', '0,0'), 'argument --seeds: 0 is given twice; give each entry once'),
+    (('--heads', 'cls,cls'), 'argument --heads: cls is given twice; give each entry once'),
+    (('--heads', 'cls,meanp'), "'meanp' is unknown (did you mean 'mean_p'?)"),
+])
+def test_a_repeated_or_misspelt_list_entry_stops_before_anything_runs(tmp_path, recorded,
+                                                                      capsys, extra, said):
+  with pytest.raises(SystemExit) as stop:
+    sweep.main([*sweep_args(tmp_path), *extra])
+  err = capsys.readouterr().err
+  assert stop.value.code == 2 and recorded[0] == [] and not any(tmp_path.iterdir())
+  assert err.count('\n') == 1 and said in err
+
+
+def test_a_config_given_twice_stops_before_anything_runs(tmp_path, recorded, capsys):
+  assert sweep.main([*sweep_args(tmp_path, seeds='0'), '--config', SPEC]) == 2
+  err = capsys.readouterr().err
+  assert recorded[0] == [] and err.count('\n') == 1
+  assert 'make the same runs' in err and 'give each config once' in err
+
+
 def test_a_head_no_config_can_pool_stops_before_anything_runs(tmp_path, recorded, capsys):
   spec = f'{CONFIG}:transformer,quick'
   args = ['--config', spec, '--seeds', '0', '--sweep_dir', str(tmp_path), '--heads', 'mean_p',

@@ -60,13 +60,14 @@ PAPER_LENGTHS = tabulate.PAPER_LENGTHS
 # Command line.
 # ----------------------------------------------------------------------------------------------
 def model_list(text: str) -> list[str]:
-  return [part.strip() for part in text.split(',') if part.strip()]
+  """'a,b' -> ['a', 'b'], each once (cli.refuse_repeats); checked by resolve_names."""
+  return cli.refuse_repeats(cli.list_items(text))
 
 
 def length_list(text: str) -> list[int]:
   """'1024,2048' or '1K,2K' (K = 1024) -> [1024, 2048]."""
-  lengths = []
-  for part in filter(None, (part.strip() for part in text.split(','))):
+  lengths, parts = [], cli.list_items(text)
+  for part in parts:
     number, kilo = (part[:-1], 1024) if part[-1] in 'kK' else (part, 1)
     if not number.isdigit() or int(number) == 0:
       raise argparse.ArgumentTypeError(
@@ -75,7 +76,7 @@ def length_list(text: str) -> list[int]:
     lengths.append(int(number) * kilo)
   if not lengths:
     raise argparse.ArgumentTypeError(f'{text!r} names no length; e.g. 1024,2048 or 1K,2K.')
-  return lengths
+  return cli.refuse_repeats(lengths, parts)
 
 
 def make_parser() -> cli.ArgumentParser:

@@ -222,10 +222,13 @@ PLACEMENT_TITLES = {'start': 'the first w tokens', 'end': 'the last w tokens',
 
 
 def draw_probe_panel(ax, lines: dict, majority: float | None, title: str,
-                     full: float | None = None) -> None:
+                     full: float | None = None, lengths: dict | None = None,
+                     relative: bool = False) -> None:
   """Accuracy (%) against w (log axis) for each line {label: (windows, accuracies, full-input
   accuracy or None)}, the full-input accuracy dotted in the line's colour; `full` (one run's)
-  dotted black; the majority class dashed grey. Accuracies are fractions."""
+  dotted black; the majority class dashed grey; the test inputs' `lengths` (probe.py
+  length_summary) as a line at the median and a band to the 90th percentile. Accuracies are
+  fractions; `relative` windows are fractions of each input."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   colours = [c['color'] for c in matplotlib.rcParams['axes.prop_cycle']]
   for (label, (windows, values, line_full)), colour in zip(lines.items(), colours):
@@ -237,11 +240,17 @@ def draw_probe_panel(ax, lines: dict, majority: float | None, title: str,
     ax.axhline(100 * full, color='black', linestyle=':', linewidth=1, label='full input')
   if majority is not None:
     ax.axhline(100 * majority, color='grey', linestyle='--', linewidth=1, label='majority class')
+  if lengths is not None and not relative:
+    ax.axvspan(lengths['median'], max(lengths['p90'], lengths['median']), color='0.5',
+               alpha=0.15, label=f"inputs: median {lengths['median']:g} tokens .. 90th "
+               f"percentile {lengths['p90']:g}")
+    ax.axvline(lengths['median'], color='0.3', linestyle='-.', linewidth=1.2)
   ax.set_xscale('log', base=2)
   ticks = sorted({w for windows, _, _ in lines.values() for w in windows})
-  ax.set_xticks(ticks, [str(w) for w in ticks])
+  ax.set_xticks(ticks, [f'{w:g}' for w in ticks])
   ax.minorticks_off()
-  ax.set_xlabel('window w (real tokens the model sees)')
+  ax.set_xlabel('window w (fraction of each input\'s real tokens)' if relative
+                else 'window w (real tokens the model sees)')
   ax.set_ylabel('test accuracy (%)')
   ax.set_title(title, fontsize=9)
   ax.grid(alpha=0.3)
@@ -253,10 +262,14 @@ def run_probe_figure(probe: dict, path) -> pathlib.Path:
   from matplotlib import figure as figure_lib  # pylint: disable=g-import-not-at-top
   figure = figure_lib.Figure(figsize=(6, 4.2))
   lines = {p: (probe['windows'], probe['accuracy'][p], None) for p in PLACEMENTS}
+  lengths = probe.get('input_lengths', {}).get('test')
+  said = (f"\ntest inputs: median {lengths['median']:g}, 90th percentile {lengths['p90']:g}, "
+          f"max {lengths['max']} real tokens" if lengths else '')
   draw_probe_panel(figure.subplots(), lines, probe['majority_rate'],
                    f"{TASK_NAMES.get(probe['task'], probe['task'])} / {probe['model']}, seed "
-                   f"{probe['seed']}, {probe['checkpoint']} checkpoint (step {probe['step']})",
-                   full=probe['full_accuracy'])
+                   f"{probe['seed']}, {probe['checkpoint']} checkpoint (step {probe['step']})"
+                   + said, full=probe['full_accuracy'], lengths=lengths,
+                   relative=probe.get('relative', False))
   figure.tight_layout()
   figure.savefig(path, dpi=120)
   return pathlib.Path(path)
@@ -267,8 +280,9 @@ def probe_means(probes: list[dict]) -> dict:
   'seeds'}}} of the probe.json of several runs; runs of one model and task average seed by
   seed only over the windows they all probed."""
   grouped = {}
-  for probe in probes:
-    grouped.setdefault(probe['task'], {}).setdefault(probe['model'], []).append(probe)
+  for probe in probes:  # relative probes (fractions of each input) apart: '<task>_relative'
+    task = probe['task'] + ('_relative' if probe.get('relative') else '')
+    grouped.setdefault(task, {}).setdefault(probe['model'], []).append(probe)
   means = {}
   for task, models in grouped.items():
     for model, runs in sorted(models.items(), key=lambda item: row_order((item[0], ''))):
@@ -279,7 +293,8 @@ def probe_means(probes: list[dict]) -> dict:
           'accuracy': {p: [statistics.fmean(at(r, p, w) for r in runs) for w in windows]
                        for p in PLACEMENTS},
           'full': statistics.fmean(r['full_accuracy'] for r in runs),
-          'majority': runs[0]['majority_rate']}
+          'majority': runs[0]['majority_rate'], 'relative': runs[0].get('relative', False),
+          'lengths': runs[0].get('input_lengths', {}).get('test')}
   return means
 
 
@@ -294,8 +309,11 @@ def write_probe_figures(probes: list[dict], out_dir) -> list:
       lines = {f"{model} ({value['seeds']} seeds)": (value['windows'],
                                                      value['accuracy'][placement], value['full'])
                for model, value in models.items()}
-      draw_probe_panel(ax, lines, next(iter(models.values()))['majority'],
-                       f'{TASK_NAMES.get(task, task)}: {PLACEMENT_TITLES[placement]}')
+      first = next(iter(models.values()))
+      name = task.removesuffix('_relative')
+      draw_probe_panel(ax, lines, first['majority'],
+                       f'{TASK_NAMES.get(name, name)}: {PLACEMENT_TITLES[placement]}',
+                       lengths=first['lengths'], relative=first['relative'])
     figure.suptitle('Context probe: test accuracy when the model sees w real tokens (dotted: '
                     'full input)', fontsize=10)
     figure.tight_layout()

@@ -1,0 +1,65 @@
+"""benchmarks/gpu_session.sh (docs/gpu.md): its arguments and budgets refused in one line, the
+size of what travels to the device machine, and its CPU dry run through every part."""
+
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = REPO / 'benchmarks' / 'gpu_session.sh'
+
+
+def run(*args, env=None, timeout=60):
+  return subprocess.run(['bash', str(SCRIPT), *args], cwd=REPO, capture_output=True, text=True,
+                        timeout=timeout, env={**os.environ, **(env or {})}, check=False)
+
+
+@pytest.mark.parametrize('args, env, said', [
+    (['--cpu-dryrun'], {}, "error: unknown argument '--cpu-dryrun'; give --cpu-dry-run"),
+    (['--cpu-dry-run'], {'BUDGET_A': '4m'}, "error: BUDGET_A='4m' is no whole number of seconds"),
+    ([], {'BUDGET_S': '-1'}, "error: BUDGET_S='-1' is no whole number of seconds"),
+])
+def test_a_bad_argument_or_budget_stops_in_one_line_before_anything_runs(tmp_path, args, env,
+                                                                         said):
+  result = run(*args, env={**env, 'OUT': str(tmp_path / 'out')})
+  assert result.returncode == 2 and result.stderr.startswith(said)
+  assert result.stderr.count('\n') == 1 and not (tmp_path / 'out').exists()
+
+
+def test_the_size_check_counts_the_tree_and_the_wheels_against_64_mib():
+  result = run('--check-size')
+  line = result.stdout.strip()
+  assert line.startswith('travel size: working tree ') and line.endswith(
+      "MiB of the device tool's 64 MiB")
+  assert result.returncode == (0 if int(line.split('= ')[1].split()[0]) <= 64 else 1)
+
+
+def test_the_cpu_dry_run_runs_every_part_and_archives_it(tmp_path):
+  out, work = tmp_path / 'out', tmp_path / 'work'
+  result = run('--cpu-dry-run', env={'OUT': str(out), 'WORK': str(work)}, timeout=900)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  log = (out / 'session.log').read_text()
+  for part in ('a. profile bfloat16', 'a. profile float32', 'b. listops luna16',
+               'b. listops transformer'):
+    assert f'== {part}: budget ' in log, part  # each part says its budget first
+    # Part a may meet its budget on a loaded CPU (six models lowered per dtype): kept, not failed.
+    ended = ('done in ',) if part.startswith('b.') else ('done in ', 'stopped by its budget')
+    assert any(f'{part}: {end}' in log for end in ended), part
+  assert 'FAILED' not in log
+  summary = (out / 'summary.md').read_text()
+  speeds = [line for line in summary.splitlines() if line.startswith('- ')]
+  assert [line.split(':')[0] for line in speeds] == ['- luna16', '- transformer']
+  assert all('steps/s' in line and 'the full 6 steps take about' in line for line in speeds)
+  # each dtype's table2.md: a row per model
+  assert summary.count('| Luna-16 |') == summary.count('| Mega-chunk |') >= 2
+  if (REPO / 'campaigns' / 'mid.py').exists():
+    assert (out / 'c_mid.tgz').is_file()
+  else:
+    assert 'c. skipped: campaigns/mid.py is not in this checkout.' in summary
+  names = {p.name for p in out.iterdir()}
+  assert {'session.log', 'env.txt', 'summary.md', 'a_table2.tgz', 'b_listops.tgz'} <= names
+  assert len(names) <= 8  # what the device tool returns
+  env = (out / 'env.txt').read_text()
+  assert 'lra_luna imports: ok' in env and 'MISSING' not in env
