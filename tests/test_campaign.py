@@ -501,6 +501,361 @@ def test_vmapped_step_estimate_grows_with_the_seeds_and_the_quick_one_is_exact(t
   assert memory.vmapped_step_bytes(config, 1, quick=False) == one
 
 
+# ----------------------------------------------------------------------------------------------
+# GPUs: jobs get the user's CUDA_VISIBLE_DEVICES entries (indices or UUIDs), not 0..n-1.
+# ----------------------------------------------------------------------------------------------
+def test_local_jobs_keep_the_users_gpu_names(tmp_path, monkeypatch):
+  monkeypatch.setenv('CUDA_VISIBLE_DEVICES', 'GPU-8a1f2c3d, 3')
+  launcher = launch.LocalLauncher(tmp_path, 0, 10)
+  assert launcher.gpus == ['GPU-8a1f2c3d', '3'] and launcher.max_jobs == 2
+  assert launcher.free_slot({}) == 'GPU-8a1f2c3d'
+  assert launcher.free_slot({'a': {'gpu': 'GPU-8a1f2c3d'}}) == '3'
+  assert launcher.free_slot({'a': {'gpu': 'GPU-8a1f2c3d'}, 'b': {'gpu': '3'}}) is False
+  assert launch.local_gpu_parameters('3')['setup'] == ['export CUDA_VISIBLE_DEVICES=3']
+  monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+  assert launch.visible_gpus() == []
+
+
+def test_a_local_job_sees_its_gpu_by_the_users_name(tmp_path, monkeypatch):
+  monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '5,GPU-8a1f2c3d')
+  launcher = launch.LocalLauncher(tmp_path, 0, 10)
+  job_id = launcher.submit(functools.partial(os.getenv, 'CUDA_VISIBLE_DEVICES'),
+                           launcher.free_slot({'a': {'gpu': '5'}}))
+  assert launcher.children[job_id].result() == 'GPU-8a1f2c3d'
+
+
+# ----------------------------------------------------------------------------------------------
+# Each fact once: PROTOCOLS in protocols.py, the run-folder layout in run_folder.py.
+# ----------------------------------------------------------------------------------------------
+LAYOUT_NAMES = [value for name, value in vars(run_folder).items()
+                if name.isupper() and isinstance(value, str)]
+LAYOUT_FILES = [name for name in LAYOUT_NAMES if '.' in name]
+
+
+def layout_spellings(path: pathlib.Path) -> list[str]:
+  """'line: text' of each place a source spells a run-folder layout name itself: a string that
+  is a file name of the layout (or a path ending in one), or a path joined with `/ 'name'`."""
+  tree = ast.parse(path.read_text())
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and not any(
+        c.isspace() for c in node.value):
+      if any(node.value == name or node.value.endswith(f'/{name}') for name in LAYOUT_FILES):
+        found.append(f'{node.lineno}: {node.value!r}')
+    if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+        and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str)
+        and node.right.value.split('/')[0] in LAYOUT_NAMES):
+      found.append(f'{node.lineno}: / {node.right.value!r}')
+  return found
+
+
+def test_protocols_and_the_run_folder_layout_are_defined_once():
+  sources = sorted((REPO / 'lra_luna').rglob('*.py'))
+  protocols = [f'{path.relative_to(REPO)}:{node.lineno}' for path in sources
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+                   isinstance(t, ast.Name) and t.id == 'PROTOCOLS'
+                   for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))]
+  assert len(protocols) == 1 and protocols[0].startswith('lra_luna/protocols.py:'), protocols
+  spelled = {str(path.relative_to(REPO)): layout_spellings(path) for path in sources
+             if path.name != 'run_folder.py'}
+  spelled = {path: lines for path, lines in spelled.items() if lines}
+  assert not spelled, ('run-folder layout names spelled outside lra_luna/training/run_folder.py '
+                       f'(use its constants and path functions): {spelled}')
+
+
+def test_layout_check_catches_a_spelled_name(tmp_path):
+  source = tmp_path / 'bad.py'
+  source.write_text("import pathlib\nA = pathlib.Path('x') / 'profile.json'\n"
+                    "B = f'{A}/results.json'\nC = pathlib.Path('x') / 'jobs'\n"
+                    "D = 'no results.json here'\n")
+  assert sorted(layout_spellings(source)) == ["2: 'profile.json'", "2: / 'profile.json'",
+                                              "3: '/results.json'", "4: / 'jobs'"]
+
+
+def test_sweep_run_folders_are_built_and_parsed_in_one_place(tmp_path):
+  workdir = run_folder.sweep_run_dir(tmp_path, 'listops', 'luna16', 'cls', 3)
+  assert workdir == tmp_path / 'listops' / 'luna16' / 'cls' / 'seed3'
+  assert run_folder.parse_sweep_run_dir(tmp_path, workdir) == ('listops', 'luna16', 'cls', 3)
+  assert run_folder.parse_sweep_run_dir(tmp_path, tmp_path / 'listops') is None
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', seeds=[3]))
+  [run] = plan_lib.plan(spec, tmp_path)[('listops', 'luna16', 'cls')]
+  assert run.workdir == workdir
+
+
+# ----------------------------------------------------------------------------------------------
+# The local launcher end to end; SIGKILL a job, then the driver; a job that fails twice.
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory, data_dir):
+  """An uninterrupted local campaign of the shortened quick spec: (its folder, its output)."""
+  root = tmp_path_factory.mktemp('reference')
+  spec = write_spec(root / 'spec.py')
+  output = finish(driver(spec, root / 'c', env=driver_env(data_dir)))
+  return root / 'c', output
+
+
+def test_local_campaign_writes_the_report(reference):
+  campaign_dir, output = reference
+  assert len(results(campaign_dir)) == 2  # listops x luna16 x seeds 0, 1
+  report_dir = campaign_dir / run_folder.REPORT_DIR
+  for name in ('table1.md', 'table1.tex', 'table1.csv', 'table3.md', 'table2.md', 'table2.tex',
+               'profile.json', 'figure1.png', 'figure1.pdf'):
+    assert (report_dir / name).stat().st_size > 0, name
+  caption = (report_dir / 'table1.md').read_text().splitlines()[0]
+  assert 'protocol lra' in caption and 'training steps: ListOps 60' in caption
+  assert 'ListOps: generated' in caption
+  assert 'CUT SHORT: quick config; 60 of 5000 steps; 2 of 5 seeds.' in caption
+  # The last line lists every file of the report folder (Table 2's files and profile.json too).
+  written = sorted(p.name for p in report_dir.iterdir())
+  assert {'table2.md', 'scaling.png', 'profile.json', 'figure1.png'} <= set(written)
+  assert output.strip().splitlines()[-1] == (f'Campaign finished. {report_dir} holds: '
+                                             f'{", ".join(written)}.')
+  csv_lines = (report_dir / 'table1.csv').read_text().splitlines()
+  assert csv_lines[0].endswith(',campaign')
+  assert all(('CUT SHORT' in line) == (',ours,' in line) for line in csv_lines[1:])
+
+
+def test_rerun_of_a_finished_campaign_has_nothing_to_do(reference, env):
+  campaign_dir, _ = reference
+  spec = campaign_dir.parent / 'spec.py'
+  before = {p: p.stat().st_mtime for p in run_folder.report_dir(campaign_dir).iterdir()}
+  output = finish(driver(spec, campaign_dir, env=env))
+  assert 'submitted' not in output and 'Campaign finished' not in output
+  assert output.strip().splitlines()[-1] == (
+      'Nothing to do: every run of this campaign has finished and its report is current. '
+      f'{run_folder.report_dir(campaign_dir)} holds: {", ".join(sorted(p.name for p in before))}.')
+  assert {p: p.stat().st_mtime for p in before} == before  # nothing rewritten
+
+
+def test_status_lists_every_run(reference, env):
+  campaign_dir, _ = reference
+  spec = campaign_dir.parent / 'spec.py'
+  status = subprocess.run([sys.executable, '-m', 'lra_luna.campaign', str(spec), '--dir',
+                           str(campaign_dir), '--status'], cwd=REPO, env=env,
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+  rows = [line.split() for line in status[1:]]
+  runs = {row[0]: row for row in rows if row[0].startswith('listops/')}
+  assert sorted(runs) == ['listops/luna16/cls/seed0', 'listops/luna16/cls/seed1']
+  for name, row in runs.items():
+    best = max(r['val_accuracy'] for r in run_folder.read_jsonl(
+        campaign_dir / name / run_folder.METRICS_FILE) if 'val_accuracy' in r)
+    assert row[1:3] == ['done', '60/60'] and float(row[3]) == pytest.approx(best, abs=1e-4)
+  assert rows[-1][-1] == 'done'  # the profile
+
+
+def test_killed_job_and_killed_driver_give_the_same_results(reference, tmp_path, env, stop):
+  campaign_dir = stop(tmp_path / 'c')
+  spec = write_spec(tmp_path / 'spec.py', profile__enabled=False)
+  process = driver(spec, campaign_dir, env=env)
+  # SIGKILL the job's training process once it has a checkpoint: the driver resubmits it.
+  group = 'listops/luna16/cls'
+  wait_for(lambda: has_checkpoint(campaign_dir, group), 'a checkpoint')
+  killed = job_of(campaign_dir, group)
+  children = pathlib.Path(f'/proc/{killed}/task/{killed}/children').read_text().split()
+  os.kill(int(children[0]), signal.SIGKILL)
+  # Then SIGKILL the driver once the job is resubmitted; the rerun waits for that job.
+  wait_for(lambda: job_of(campaign_dir, group) != killed, 'the resubmitted job')
+  process.kill()
+  process.communicate()
+  finish(driver(spec, campaign_dir, env=env))
+  assert results(campaign_dir) == results(reference[0])
+  # The resubmitted job resumed the killed one's runs from their checkpoints.
+  jobs_dir = campaign_dir / run_folder.JOBS_DIR
+  first = launch.log_path(jobs_dir, killed).with_suffix('.out').read_text()
+  second = launch.log_path(jobs_dir, job_of(campaign_dir, group)).with_suffix('.out')
+  assert 'seeds [0, 1]: ' in first and 'starting at step 0 of 60' in first
+  assert 'starting at step ' in second.read_text()
+  assert 'starting at step 0 of 60' not in second.read_text()
+
+
+def test_job_failing_twice_is_reported(tmp_path, env, stop):
+  # The quick ListOps config on release data that is not there: the job itself fails.
+  spec = write_spec(tmp_path / 'spec.py', profile__enabled=False,
+                    overrides=[*TINY, 'data_source=release'])
+  process = driver(spec, stop(tmp_path / 'c'), env=env)
+  output, _ = process.communicate(timeout=600)
+  assert process.returncode == 1, output
+  job = job_of(tmp_path / 'c', 'listops/luna16/cls')
+  assert output.count('listops/luna16/cls: submitted job') == 2
+  assert '1 jobs failed twice:' in output
+  last = output.strip().splitlines()[-1]
+  log = launch.log_path(tmp_path / 'c' / run_folder.JOBS_DIR, job)
+  assert last.startswith('  listops/luna16/cls: ') and last.endswith(f'(log {log})')
+  assert 'RuntimeError: listops/luna16/cls/seed0' in last  # the job's own error line
+
+
+# ----------------------------------------------------------------------------------------------
+# A real single-node Slurm (Debian's slurm-wlm): slurmctld and slurmd on this machine, munge.
+# ----------------------------------------------------------------------------------------------
+SLURM_CONF = """ClusterName=lra_luna_test
+SlurmctldHost={host}
+SlurmctldPort=16817
+SlurmdPort=16818
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/slurmctld.log
+SlurmdLogFile={root}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/backfill
+MpiDefault=none
+ReturnToService=2
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+KillWait=2
+NodeName={host} CPUs={cpus} State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def start_slurm(root: pathlib.Path) -> tuple[dict, list]:
+  """Starts munged (if not running), slurmctld and slurmd with a config in root; returns (the
+  environment that points Slurm's commands at it, the pid files of the daemons started).
+  Installs slurm-wlm and munge with apt-get if missing. pytest.skip with the reason otherwise."""
+  if sys.platform != 'linux' or os.geteuid() != 0:
+    pytest.skip('a local Slurm needs Linux and root (to run slurmd and munged)')
+  if not (shutil.which('slurmctld') and shutil.which('munged')):
+    if not shutil.which('apt-get'):
+      pytest.skip('slurm-wlm is not installed and there is no apt-get to install it')
+    install = subprocess.run('apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get '
+                             'install -y -qq slurm-wlm munge', shell=True, capture_output=True,
+                             text=True, timeout=900)
+    if install.returncode:
+      pytest.skip(f'apt-get install slurm-wlm munge failed: {install.stderr.strip()[-300:]}')
+  started = []
+  if subprocess.run(['pgrep', '-x', 'munged'], capture_output=True).returncode:
+    if not pathlib.Path('/etc/munge/munge.key').exists():
+      subprocess.run(['mungekey', '--create'], capture_output=True)
+    pathlib.Path('/run/munge').mkdir(parents=True, exist_ok=True)
+    munged = subprocess.run(['munged', '--force'], capture_output=True, text=True)
+    if munged.returncode:
+      pytest.skip(f'munged does not start: {munged.stderr.strip()}')
+    started.append(pathlib.Path('/run/munge/munged.pid'))
+  for folder in ('state', 'spool'):
+    (root / folder).mkdir(parents=True, exist_ok=True)
+  conf = root / 'slurm.conf'
+  conf.write_text(SLURM_CONF.format(host=socket.gethostname(), root=root, cpus=os.cpu_count()))
+  env = {**os.environ, 'SLURM_CONF': str(conf)}
+  for daemon in ('slurmctld', 'slurmd'):
+    result = subprocess.run([daemon, '-f', str(conf)], env=env, capture_output=True, text=True)
+    if result.returncode:
+      pytest.skip(f'{daemon} does not start: {result.stderr.strip()}')
+    started.append(root / f'{daemon}.pid')
+  deadline = time.time() + 60
+  while 'idle' not in subprocess.run(['sinfo', '-h', '-o', '%T'], env=env, capture_output=True,
+                                     text=True).stdout:
+    if time.time() > deadline:
+      stop_daemons(started)
+      log = (root / 'slurmd.log').read_text()[-300:] if (root / 'slurmd.log').exists() else ''
+      pytest.skip(f'the local Slurm node never became idle; slurmd.log ends: {log}')
+    time.sleep(0.5)
+  return env, started
+
+
+def stop_daemons(pid_files) -> None:
+  for pid_file in reversed(pid_files):
+    try:
+      os.kill(int(pid_file.read_text().split()[0]), signal.SIGTERM)
+    except (OSError, ValueError, IndexError):
+      pass
+
+
+@pytest.fixture(scope='module')
+def slurm(tmp_path_factory, data_dir):
+  """The environment of a running single-node Slurm (SLURM_CONF), torn down afterwards."""
+  root = tmp_path_factory.mktemp('slurm')
+  env, started = start_slurm(root)
+  env = {**driver_env(data_dir), 'SLURM_CONF': env['SLURM_CONF']}
+  yield env
+  subprocess.run(['scancel', '--user', 'root'], env=env, capture_output=True)
+  stop_daemons(started)
+
+
+def squeue(env) -> list:
+  listing = subprocess.run(['squeue', '-h', '-o', '%i %T'], env=env, capture_output=True,
+                           text=True, check=True).stdout
+  return [line.split() for line in listing.splitlines()]
+
+
+def test_slurm_rejection_is_slurms_own_message(tmp_path, slurm):
+  spec = write_spec(tmp_path / 'spec.py', profile__enabled=False)
+  process = driver(spec, tmp_path / 'c', '--launcher', 'slurm', '--gpus_per_job', '0',
+                   '--partition', 'no_such_partition', env=slurm)
+  output, _ = process.communicate(timeout=300)
+  assert process.returncode == 1
+  assert output.strip().splitlines()[-1] == (
+      'error: Slurm rejected the job: sbatch: error: invalid partition specified: '
+      'no_such_partition sbatch: error: Batch job submission failed: Invalid partition name '
+      'specified')
+  assert squeue(slurm) == [] and not (tmp_path / 'c' / run_folder.JOBS_FILE).exists()
+
+
+def test_slurm_campaign_survives_scancel(tmp_path, slurm):
+  spec = write_spec(tmp_path / 'spec.py', models=['transformer', 'luna16'],
+                    profile__enabled=False)
+  campaign_dir = tmp_path / 'c'
+  arguments = ('--launcher', 'slurm', '--gpus_per_job', '0', '--cpus_per_job', '1')
+  process = driver(spec, campaign_dir, *arguments, env=slurm)
+  # scancel the first group's job once it runs: the driver resubmits it, and it resumes.
+  group = 'listops/transformer/cls'
+  wait_for(lambda: job_of(campaign_dir, group) and [job_of(campaign_dir, group), 'RUNNING']
+           in squeue(slurm), 'a running Slurm job')
+  cancelled = job_of(campaign_dir, group)
+  subprocess.run(['scancel', cancelled], env=slurm, check=True)
+  output, _ = process.communicate(timeout=600)
+  assert process.returncode == 0, output
+  assert f'{group}: job {cancelled} failed' in output and job_of(campaign_dir, group) != cancelled
+  assert len(results(campaign_dir)) == 4  # every run finished
+  # Rerunning the same command finds everything done: nothing is submitted.
+  rerun = finish(driver(spec, campaign_dir, *arguments, env=slurm))
+  assert 'submitted' not in rerun and squeue(slurm) == []
+
+
+def test_the_authors_grid_runs_each_task_with_its_own_head_on_the_paper_protocol(tmp_path):
+  spec = campaign.load_spec(REPO / 'campaigns' / 'paper_table1_authors.py')
+  groups = plan_lib.plan(spec, tmp_path)
+  configs = {key: runs[0].config for key, runs in groups.items()}
+  assert {c.protocol for c in configs.values()} == {'paper'}
+  assert configs[('pathfinder', 'luna16', 'mean')].model.mean_includes_cls
+  assert configs[('listops', 'luna16', 'cls')].num_train_steps == 5000
+  assert {key[2] for key in configs} == {'cls', 'mean'}
+  assert len(groups) == len(spec.tasks) * len(spec.models)
+
+
+def test_a_head_no_model_can_pool_is_refused(tmp_path):
+  spec = campaign.load_spec(write_spec(tmp_path / 'a.py', models=['transformer'], seeds=[0],
+                                       heads=['cls', 'mean_p']))
+  with pytest.raises(spec_lib.CampaignError, match=r"heads 'mean_p': none of the models "
+                     r"\['transformer'\] can pool it"):
+    plan_lib.plan(spec, tmp_path)
+
+
+def test_a_compiled_estimate_is_shared_by_every_later_campaign(tmp_path, monkeypatch):
+  monkeypatch.setenv('LRA_CACHE_DIR', str(tmp_path / 'cache'))
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', models=['transformer'], seeds=[0]))
+  (_, runs), = plan_lib.plan(spec, tmp_path / 'a').items()
+  config = runs[0].config
+  first = memory.EstimateCache(tmp_path / 'a')
+  assert first.get('listops/transformer/cls', config) is None
+  first.put('listops/transformer/cls', config, 7 * GIB, 12.0)
+  # Another campaign, another group name: the same step is read, and recorded there too.
+  other = memory.EstimateCache(tmp_path / 'b')
+  assert other.get('x/y/z', config)['seed_bytes'] == 7 * GIB
+  assert json.loads(run_folder.memory_file(tmp_path / 'b').read_text())['x/y/z']['seed_bytes'] \
+      == 7 * GIB
+  # A stub's numbers never reach the shared cache; another config is not confused with it.
+  assert memory.EstimateCache(tmp_path / 'c', shared=False).get('x/y/z', config) is None
+  assert other.get('x/y/z', memory.with_accumulation(config, 2)) is None
+
+
 def test_a_step_that_groups_share_compiles_once_in_every_round(tmp_path, capsys):
   """Two groups of one config (one compiled step): one compile per round, both planned; the
   second round (two micro-batches) compiles only the steps of the groups that did not fit."""
@@ -522,8 +877,8 @@ def test_a_step_that_groups_share_compiles_once_in_every_round(tmp_path, capsys)
   saved = json.loads(run_folder.memory_file(tmp_path).read_text())
   assert saved['text/transformer/cls:grad_accumulation_steps=2']['seed_bytes'] == 50 * GIB
   # The workers' list of steps: each config once, with every group of it.
-  todo = memory.distinct_steps([(name, runs[0].config) for name, runs in
-                                [(plan_lib.group_name(k), r) for k, r in groups.items()]],
+  todo = memory.distinct_steps([(plan_lib.group_name(key), runs[0].config)
+                                for key, runs in groups.items()],
                                memory.EstimateCache(tmp_path / 'other', shared=False))
   assert [names for names, _ in todo] == [['listops/transformer/cls', 'text/transformer/cls'],
                                           ['listops/luna16/cls', 'text/luna16/cls']]
