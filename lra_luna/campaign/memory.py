@@ -225,14 +225,14 @@ def distinct_steps(pending: list, cache: EstimateCache) -> list:
 def group_memory(groups: dict, campaign_dir, device_bytes, estimate=vmapped_step_bytes,
                  workers: int | None = None) -> dict:
   """{group name: (gradient accumulation steps, bytes one seed of its step needs, whether one
-  seed fits)}: plan.fitting_accumulation on the device (one device per job: the whole batch).
-  Each estimate is compiled once per config and platform, whichever groups share it, and kept
+  seed fits)}: plan.fitting_accumulation's rule on the device (one device per job: the whole
+  batch): the fewest micro-batches at which one seed fits, else the most. Each estimate is compiled once per config and platform, whichever groups share it, and kept
   in <campaign>/estimate/memory.json and the per-user cache. The groups are planned in rounds:
   first every group's own step, then, for the groups whose seed did not fit, their steps at
   twice the micro-batches, and so on; each round's steps compile `workers` at a time (default:
   default_workers()) in processes that exit after each step."""
   cache = EstimateCache(campaign_dir, shared=estimate is vmapped_step_bytes)
-  # name: (config, the accumulation steps left to try, the index of the one tried now)
+  # group name: (config, the accumulation steps to try); round `tried` tries each one's [tried]
   pending = {plan_lib.group_name(key): (runs[0].config, plan_lib.accumulation_steps_to_try(
       runs[0].config.grad_accumulation_steps, runs[0].config.batch_size))
              for key, runs in groups.items()}
@@ -241,7 +241,7 @@ def group_memory(groups: dict, campaign_dir, device_bytes, estimate=vmapped_step
     now = [(name, with_accumulation(config, ks[tried])) for name, (config, ks) in pending.items()]
     todo = distinct_steps(now, cache)
     count = min(workers or default_workers(), len(todo))
-    if todo and estimate is vmapped_step_bytes and count > 1:
+    if todo and estimate is vmapped_step_bytes:  # even one at a time: the host's memory back
       compile_in_parallel(todo, cache, count, ' of the groups that did not fit, at twice the '
                           'micro-batches' if tried else '')
     for name, config in now:
