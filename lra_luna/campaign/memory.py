@@ -177,7 +177,8 @@ def default_workers() -> int:
   return max(1, min(os.cpu_count() or 1, measure.host_memory_bytes() // WORKER_HOST_BYTES))
 
 
-def compile_in_parallel(todo: list, cache: EstimateCache, workers: int, what: str = '') -> None:
+def compile_in_parallel(todo: list, cache: EstimateCache, workers: int,
+                        what: str = '') -> None:
   """The estimates of todo [([group names], config)] compiled by `workers` processes at once (XLA
   compiles a step mostly on one core), each kept in `cache` for every group of its config as it
   arrives, with a progress line and the time left at the mean pace so far. A worker compiles one
@@ -226,8 +227,9 @@ def group_memory(groups: dict, campaign_dir, device_bytes, estimate=vmapped_step
                  workers: int | None = None) -> dict:
   """{group name: (gradient accumulation steps, bytes one seed of its step needs, whether one
   seed fits)}: plan.fitting_accumulation's rule on the device (one device per job: the whole
-  batch): the fewest micro-batches at which one seed fits, else the most. Each estimate is compiled once per config and platform, whichever groups share it, and kept
-  in <campaign>/estimate/memory.json and the per-user cache. The groups are planned in rounds:
+  batch): the fewest micro-batches at which one seed fits, else the most. Each estimate is
+  compiled once per config and platform, whichever groups share it, and kept in
+  <campaign>/estimate/memory.json and the per-user cache. The groups are planned in rounds:
   first every group's own step, then, for the groups whose seed did not fit, their steps at
   twice the micro-batches, and so on; each round's steps compile `workers` at a time (default:
   default_workers()) in processes that exit after each step."""
