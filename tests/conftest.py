@@ -88,7 +88,6 @@ SLOW = {
     'test_plugins': {'test_example_trains_and_is_labelled_by_its_class',
                      'test_sweep_and_report_use_the_label', 'test_profiler_row_of_the_example'},
     'test_data_safety': {'test_outer_release_folder_is_refused_then_the_inner_one_trains_with_its_source',
-                         'test_generated_data_is_recorded_as_generated',
                          'test_release_source_never_falls_back_to_generated'},
     'test_pretraining': {'test_results_have_a_pretraining_section_on_training_inputs_only',
                          'test_causal_encoder_gradient_from_the_future_is_exactly_zero',

@@ -386,8 +386,9 @@ def test_a_group_whose_seed_does_not_fit_accumulates_its_gradient(tmp_path, caps
   assert plans == {'listops/transformer/cls': (2, 68 * GIB, True),
                    'listops/luna16/cls': (1, 8 * GIB, True),
                    'listops/synthesizer/cls': (8, 125 * GIB, False)}
-  assert compiled == [('transformer', 1), ('transformer', 2), ('luna16', 1),
-                      ('synthesizer', 1), ('synthesizer', 2), ('synthesizer', 4),
+  # In rounds: every group's own step, then twice the micro-batches for those that did not fit.
+  assert compiled == [('transformer', 1), ('luna16', 1), ('synthesizer', 1),
+                      ('transformer', 2), ('synthesizer', 2), ('synthesizer', 4),
                       ('synthesizer', 8)]
   assert 'transformer/cls: compiling its training step with 2 micro-batches' in \
       capsys.readouterr().out
@@ -850,6 +851,34 @@ def test_a_compiled_estimate_is_shared_by_every_later_campaign(tmp_path, monkeyp
   assert other.get('x/y/z', memory.with_accumulation(config, 2)) is None
 
 
+def test_a_step_that_groups_share_compiles_once_in_every_round(tmp_path, capsys):
+  """Two groups of one config (one compiled step): one compile per round, both planned; the
+  second round (two micro-batches) compiles only the steps of the groups that did not fit."""
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', seeds=[0, 1],
+                                       models=['transformer', 'luna16']))
+  groups = plan_lib.plan(spec, tmp_path)
+  groups[('text', 'transformer', 'cls')] = groups[('listops', 'transformer', 'cls')]
+  groups[('text', 'luna16', 'cls')] = groups[('listops', 'luna16', 'cls')]
+  compiled = []
+  estimate = accumulating_estimate({'transformer': 100, 'luna16': 8}, compiled)
+  plans = memory.group_memory(groups, tmp_path, 80 * GIB, estimate)
+  assert compiled == [('transformer', 1), ('luna16', 1), ('transformer', 2)]
+  assert plans == {'listops/transformer/cls': (2, 50 * GIB, True),
+                   'listops/luna16/cls': (1, 8 * GIB, True),
+                   'text/transformer/cls': (2, 50 * GIB, True),
+                   'text/luna16/cls': (1, 8 * GIB, True)}
+  assert list(plans) == [plan_lib.group_name(key) for key in groups]
+  assert capsys.readouterr().out.count('compiling its training step') == 3
+  saved = json.loads(run_folder.memory_file(tmp_path).read_text())
+  assert saved['text/transformer/cls:grad_accumulation_steps=2']['seed_bytes'] == 50 * GIB
+  # The workers' list of steps: each config once, with every group of it.
+  todo = memory.distinct_steps([(plan_lib.group_name(key), runs[0].config)
+                                for key, runs in groups.items()],
+                               memory.EstimateCache(tmp_path / 'other', shared=False))
+  assert [names for names, _ in todo] == [['listops/transformer/cls', 'text/transformer/cls'],
+                                          ['listops/luna16/cls', 'text/luna16/cls']]
+
+
 def test_the_first_steps_compile_in_parallel_with_progress_and_match_one_at_a_time(
     tmp_path, monkeypatch, capsys):
   monkeypatch.setenv('LRA_CACHE_DIR', str(tmp_path / 'cache'))
@@ -860,9 +889,11 @@ def test_the_first_steps_compile_in_parallel_with_progress_and_match_one_at_a_ti
   out = capsys.readouterr().out
   assert 'Compiling 2 training steps for their memory estimates, 2 at a time' in out
   assert '[2/2]' in out and 'left' in out
-  # One at a time, in this process (a wrapper: not the shared cache's own estimate).
+  # One at a time, in this process, by the previous method (the model initialised, compiled
+  # with XLA's default options): the same plan, byte for byte (a wrapper: not the shared cache's
+  # own estimate).
   sequential = memory.group_memory(groups, tmp_path / 'b', 80 * GIB,
-                                   estimate=lambda c: memory.vmapped_step_bytes(c))
+                                   estimate=lambda c: memory.vmapped_step_bytes(c, quick=False))
   assert parallel == sequential
 
 

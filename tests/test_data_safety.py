@@ -96,17 +96,6 @@ def test_outer_release_folder_is_refused_then_the_inner_one_trains_with_its_sour
   assert data['examples'] == {'train': 4, 'validation': 4, 'test': 4}
 
 
-def test_generated_data_is_recorded_as_generated(tmp_path):
-  proc = run_cli(tmp_path / 'data', tmp_path / 'run', num_train_steps=2)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  data = json.loads((tmp_path / 'run' / 'results.json').read_text())['data']
-  assert data['source'] == 'generated'
-  assert data['path'] == str((tmp_path / 'data' / 'listops-quick').resolve())
-  assert data['generator']['settings']['seed'] == 0
-  assert data['generator']['settings']['num_train'] == tiny.SETTINGS['listops.num_train']
-  assert data['truncated'] == {'train': 0, 'validation': 0, 'test': 0}
-
-
 def test_release_source_never_falls_back_to_generated(tmp_path):
   proc = run_cli(tmp_path / 'empty', tmp_path / 'run', data_source='release')
   assert_one_line_error(proc, 'ListOps release files', 'data/import_lra_release.py',

@@ -30,6 +30,7 @@ from lra_luna import registry
 from lra_luna.models import attention
 from lra_luna.models import model_config
 from lra_luna.training import steps
+import tiny  # the shared tiny run (tests/tiny.py)
 
 DEVICES = 4   # data-parallel devices of the abstract mesh
 SEEDS = 2     # vmapped seeds of the training step
@@ -159,14 +160,19 @@ def test_fused_transformer_lowers_to_xla_attention_for_tpu_and_in_float32(pinned
 # A multi-device run on this machine: 8 forced CPU devices.
 # ----------------------------------------------------------------------------------------------
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# The quick config's eval batch (250) and data, on the tiny model (tests/tiny.py): the test is the
+# eval batch's padding over 8 devices, not the model's size.
 SHORT_QUICK = {'num_train_steps': 4, 'warmup_steps': 2, 'eval_every': 4, 'checkpoint_every': 4,
                'log_every': 2, 'listops.num_train': 256, 'listops.num_val': 500,
-               'listops.num_test': 300, 'progress_bar': False}
+               'listops.num_test': 300, 'progress_bar': False,
+               **{key: tiny.SETTINGS[key] for key in ('model.dim', 'model.num_heads',
+                                                      'model.num_layers', 'model.ffn_dim',
+                                                      'model.classifier_dim')}}
 
 
 def quick_listops_results(tmp_path, data_dir, devices: int) -> dict:
-  """results.json of the README's first command (quick ListOps, eval batch 250), shortened, on
-  `devices` forced CPU devices."""
+  """results.json of the README's first command (quick ListOps, eval batch 250), shortened and
+  on the tiny model, on `devices` forced CPU devices."""
   workdir = tmp_path / f'devices{devices}'
   args = [sys.executable, str(REPO / 'run_lra.py'), '--config',
           f'{REPO}/configs/listops.py:luna16,quick', '--workdir', str(workdir),

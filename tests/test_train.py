@@ -106,6 +106,17 @@ def reference_run(data_dir, tmp_path_factory):
   return workdir
 
 
+def test_generated_data_is_recorded_as_generated(data_dir, reference_run):
+  """The reference run's data (the quick ListOps config's generated set): its source, folder
+  and generator settings in results.json (issue 12; tests/test_data_safety.py has the rest)."""
+  data = json.loads((reference_run / 'results.json').read_text())['data']
+  assert data['source'] == 'generated'
+  assert data['path'] == str((data_dir / 'listops-quick').resolve())
+  assert data['generator']['settings']['seed'] == 0
+  assert data['generator']['settings']['num_train'] == TINY['listops.num_train']
+  assert data['truncated'] == {'train': 0, 'validation': 0, 'test': 0}
+
+
 def test_kill_and_resume_matches_uninterrupted_run(data_dir, reference_run, tmp_path):
   steps = {'num_train_steps': 40}
   # Kill a second run with SIGKILL once it has written a checkpoint, then rerun the command.

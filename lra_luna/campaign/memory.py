@@ -15,10 +15,34 @@ from lra_luna.training import run_folder
 GIB = 2**30
 
 
-def vmapped_step_bytes(config, num_seeds: int = 1) -> int | None:
+# Options of the estimate's compile on a CPU: XLA assigns the step's buffers (memory_analysis())
+# before the backend turns the program into machine code, so LLVM's optimisation level changes
+# the code, not the estimate; level 0 compiles in about half the time
+# (tests/test_campaign.py: the same bytes as the default compile, model by model).
+ESTIMATE_COMPILE_OPTIONS = {'cpu': {'xla_backend_optimization_level': 0}}
+
+
+def abstract_state(model, seed: int, tx):
+  """(graphdef, state as ShapeDtypeStructs) of steps.init_state: traced, never run (a full-size
+  model's eager initialisation takes longer than its lowering)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from lra_luna.training import steps  # pylint: disable=g-import-not-at-top
+  graphdefs = []
+
+  def init():
+    graphdef, state, _ = steps.init_state(model, seed, tx)
+    graphdefs.append(graphdef)
+    return state
+  state = jax.eval_shape(init)
+  return graphdefs[0], state
+
+
+def vmapped_step_bytes(config, num_seeds: int = 1, quick: bool = True) -> int | None:
   """XLA's memory estimate (arguments + outputs - aliased + temporaries, profile.compiled_memory)
   of train.train_seeds' step, vmapped over num_seeds seeds, compiled for this process's default
-  device; the batch and the stacked state are shapes only, nothing is run."""
+  device; the batch and the stacked state are shapes only, nothing is run. quick: the state's
+  shapes traced (abstract_state) and ESTIMATE_COMPILE_OPTIONS; else the model initialised and
+  compiled with XLA's defaults (the same estimate, slower: kept to test the quick one)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from lra_luna import datasets  # pylint: disable=g-import-not-at-top
@@ -28,7 +52,10 @@ def vmapped_step_bytes(config, num_seeds: int = 1) -> int | None:
   model = steps.model_config(config, types.SimpleNamespace(vocab_size=vocab_size,
                                                            num_classes=num_classes))
   tx = steps.make_optimizer(config)
-  graphdef, state, _ = steps.init_state(model, config.seed, tx)
+  if quick:
+    graphdef, state = abstract_state(model, config.seed, tx)
+  else:
+    graphdef, state, _ = steps.init_state(model, config.seed, tx)
   stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct((num_seeds, *x.shape), x.dtype), state)
   shape = (num_seeds, config.batch_size, config.max_length)
   batch = {name: jax.ShapeDtypeStruct(shape, jnp.int32)
@@ -38,7 +65,10 @@ def vmapped_step_bytes(config, num_seeds: int = 1) -> int | None:
   step = jax.jit(jax.vmap(functools.partial(
       steps.train_step, graphdef=graphdef, tx=tx,
       accumulation_steps=config.grad_accumulation_steps)), donate_argnums=0)  # As train.train_seeds: the state is donated.
-  return profile.compiled_memory(step.lower(stacked, batch, keys).compile())['estimated_bytes']
+  lowered = step.lower(stacked, batch, keys)
+  options = ESTIMATE_COMPILE_OPTIONS.get(jax.default_backend()) if quick else None
+  compiled = lowered.compile(options) if options else lowered.compile()
+  return profile.compiled_memory(compiled)['estimated_bytes']
 
 
 def device_memory_bytes(device_memory_gib: float | None) -> int | None:
@@ -137,28 +167,44 @@ def timed_estimate(config) -> tuple[int | None, float]:
   return vmapped_step_bytes(config), time.perf_counter() - start
 
 
-def compile_in_parallel(todo: list, cache: EstimateCache, workers: int) -> None:
-  """The estimates of todo [(group name, config)] compiled by `workers` processes at once (XLA
-  compiles a step mostly on one core), each kept in `cache` as it arrives, with a progress line
-  and the time left at the mean pace so far."""
+# Host memory a compiling worker may take (a full-size step: 1 to 2 GiB), for the default count.
+WORKER_HOST_BYTES = 4 * GIB
+
+
+def default_workers() -> int:
+  """Compiling processes at once: one per core, at most one per WORKER_HOST_BYTES of the host."""
+  from lra_luna.profile import measure  # pylint: disable=g-import-not-at-top
+  return max(1, min(os.cpu_count() or 1, measure.host_memory_bytes() // WORKER_HOST_BYTES))
+
+
+def compile_in_parallel(todo: list, cache: EstimateCache, workers: int,
+                        what: str = '') -> None:
+  """The estimates of todo [([group names], config)] compiled by `workers` processes at once (XLA
+  compiles a step mostly on one core), each kept in `cache` for every group of its config as it
+  arrives, with a progress line and the time left at the mean pace so far. A worker compiles one
+  step and exits, so that the host gets its memory back (a process that compiled many steps
+  keeps gigabytes)."""
   import concurrent.futures  # pylint: disable=g-import-not-at-top
   import multiprocessing  # pylint: disable=g-import-not-at-top
   from lra_luna import console  # pylint: disable=g-import-not-at-top
-  print(f'Compiling {len(todo)} training steps for their memory estimates, {workers} at a time '
-        f'(cached in {cache.shared_path} for every later campaign) ...', flush=True)
+  print(f'Compiling {len(todo)} training steps{what} for their memory estimates, {workers} at a '
+        f'time (cached in {cache.shared_path} for every later campaign) ...', flush=True)
   start = time.perf_counter()
   context = multiprocessing.get_context('spawn')  # a fresh JAX per worker, no forked threads
   with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
-                                              initializer=_worker_setup) as pool:
-    futures = {pool.submit(timed_estimate, config): (name, config) for name, config in todo}
+                                              initializer=_worker_setup,
+                                              max_tasks_per_child=1) as pool:
+    futures = {pool.submit(timed_estimate, config): (names, config) for names, config in todo}
     for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-      name, config = futures[future]
+      names, config = futures[future]
       seed_bytes, seconds = future.result()
-      cache.put(name, config, seed_bytes, seconds)
+      for name in names:
+        cache.put(name, config, seed_bytes, seconds)
       left = (time.perf_counter() - start) / done * (len(todo) - done)
       size = '-' if seed_bytes is None else f'{seed_bytes / GIB:.2f} GiB'
-      print(f'  [{done}/{len(todo)}] {name}: {size} per seed (compiled in {seconds:.0f} s); '
-            f'about {console.format_duration(left)} left', flush=True)
+      shared = f' (and {len(names) - 1} groups of the same step)' if len(names) > 1 else ''
+      print(f'  [{done}/{len(todo)}] {names[0]}{shared}: {size} per seed (compiled in '
+            f'{seconds:.0f} s); about {console.format_duration(left)} left', flush=True)
 
 
 def _worker_setup() -> None:
@@ -167,24 +213,44 @@ def _worker_setup() -> None:
   os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
 
 
+def distinct_steps(pending: list, cache: EstimateCache) -> list:
+  """[([group names], config)]: the configs of pending [(group name, config)] that `cache` lacks,
+  each once with every group whose step it is (the same config_key: the same compiled step)."""
+  steps = {}
+  for name, config in pending:
+    if cache.get(name, config) is None:
+      steps.setdefault(config_key(config), ([], config))[0].append(name)
+  return list(steps.values())
+
+
 def group_memory(groups: dict, campaign_dir, device_bytes, estimate=vmapped_step_bytes,
                  workers: int | None = None) -> dict:
   """{group name: (gradient accumulation steps, bytes one seed of its step needs, whether one
-  seed fits)}: plan.fitting_accumulation on the device (one device per job: the whole batch).
-  Each estimate is compiled once per config and platform and kept in
-  <campaign>/estimate/memory.json and the per-user cache; the groups' first steps compile
-  `workers` at a time (default: every core) before the plan, the micro-batch retries after."""
+  seed fits)}: plan.fitting_accumulation's rule on the device (one device per job: the whole
+  batch): the fewest micro-batches at which one seed fits, else the most. Each estimate is
+  compiled once per config and platform, whichever groups share it, and kept in
+  <campaign>/estimate/memory.json and the per-user cache. The groups are planned in rounds:
+  first every group's own step, then, for the groups whose seed did not fit, their steps at
+  twice the micro-batches, and so on; each round's steps compile `workers` at a time (default:
+  default_workers()) in processes that exit after each step."""
   cache = EstimateCache(campaign_dir, shared=estimate is vmapped_step_bytes)
-  todo = [(plan_lib.group_name(key), runs[0].config) for key, runs in groups.items()
-          if cache.get(plan_lib.group_name(key), runs[0].config) is None]
-  workers = min(workers or os.cpu_count() or 1, len(todo))
-  if estimate is vmapped_step_bytes and workers > 1:
-    compile_in_parallel(todo, cache, workers)
-  plans = {}
-  for key, runs in groups.items():
-    name, config = plan_lib.group_name(key), runs[0].config
-    plans[name] = plan_lib.fitting_accumulation(
-        lambda k, name=name, config=config: cached_estimate(
-            cache, name, with_accumulation(config, k), estimate),
-        device_bytes, config.grad_accumulation_steps, config.batch_size)
-  return plans
+  # group name: (config, the accumulation steps to try); round `tried` tries each one's [tried]
+  pending = {plan_lib.group_name(key): (runs[0].config, plan_lib.accumulation_steps_to_try(
+      runs[0].config.grad_accumulation_steps, runs[0].config.batch_size))
+             for key, runs in groups.items()}
+  plans, tried = {}, 0
+  while pending:
+    now = [(name, with_accumulation(config, ks[tried])) for name, (config, ks) in pending.items()]
+    todo = distinct_steps(now, cache)
+    count = min(workers or default_workers(), len(todo))
+    if todo and estimate is vmapped_step_bytes:  # even one at a time: the host's memory back
+      compile_in_parallel(todo, cache, count, ' of the groups that did not fit, at twice the '
+                          'micro-batches' if tried else '')
+    for name, config in now:
+      seed_bytes = cached_estimate(cache, name, config, estimate)
+      ks = pending[name][1]
+      if plan_lib.fits(seed_bytes, device_bytes) or tried == len(ks) - 1:
+        plans[name] = (ks[tried], seed_bytes, plan_lib.fits(seed_bytes, device_bytes))
+        del pending[name]
+    tried += 1
+  return {plan_lib.group_name(key): plans[plan_lib.group_name(key)] for key in groups}
