@@ -158,7 +158,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.matmul_precision = 'default'    # one of MATMUL_PRECISIONS (jax.default_matmul_precision)
   c.smoke = False                   # a smoke test (the word smoke): results and reports say so
   c.pretraining = pretraining_config()  # self-pretraining (the word spt), off by default
-  # Fine-tune from the finished pretraining of another run folder (its pretraining/ subfolder).
+  # Fine-tune from the finished pretraining in a run folder or its pretraining/ folder; its
+  # objective and settings become config.pretraining (spt.use_pretraining_of).
   c.pretrained = ''
   # The model: every field of ModelConfig with its default (models/model_config.py says what
   # each one is and checks it).
@@ -464,7 +465,11 @@ def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
     flag_values(argv)
   except flags.Error as e:
     raise ValueError(str(e).strip().splitlines()[0]) from None
-  return flag_values.config
+  config = flag_values.config
+  if config.pretrained:  # fine-tuning another run's pretraining: its objective and settings
+    from lra_luna import spt  # pylint: disable=import-outside-toplevel
+    spt.use_pretraining_of(config)
+  return config
 
 
 # ----------------------------------------------------------------------------------------------

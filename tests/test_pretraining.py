@@ -312,18 +312,66 @@ def test_pretrained_folder_without_a_finished_pretraining_is_refused(tmp_path):
                                                     '--config.model.head=mean']))
 
 
-@pytest.mark.parametrize('spec, overrides, field', [
-    ('configs/listops.py:transformer,quick,spt', (), 'model_name'),
-    ('configs/pathfinder.py:luna16,quick,spt', (), 'task'),
-    ('configs/listops.py:luna16,quick,spt', ('--config.model.dim=32',), 'model.dim'),
-    ('configs/listops.py:luna16,quick,spt', ('--config.append_eos=true',), 'append_eos'),
+@pytest.mark.parametrize('spec, overrides, field, fix', [
+    ('configs/listops.py:transformer,quick,spt', (), 'model_name',
+     'use --config configs/listops.py:transformer'),
+    ('configs/pathfinder.py:luna16,quick,spt', (), 'task',
+     'use --config configs/pathfinder.py:luna16'),
+    ('configs/listops.py:luna16,quick,spt', ('--config.model.dim=32',), 'model.dim',
+     'set --config.model.dim=32'),
+    ('configs/listops.py:luna16,quick,spt', ('--config.append_eos=true',), 'append_eos',
+     'set --config.append_eos=True'),
 ])
 def test_pretrained_folder_of_another_task_model_vocabulary_or_size_is_refused(
-    tmp_path, spec, overrides, field):
+    tmp_path, spec, overrides, field, fix):
   folder = fake_pretraining(tmp_path / 'other', spec, *overrides)
-  message = one_line_error('configs/listops.py:luna16,quick,spt',
-                           f'--config.pretrained={folder}')
-  assert 'pretrained another encoder' in message and f"'{field}'" in message
+  message = one_line_error('configs/listops.py:luna16,quick', f'--config.pretrained={folder}')
+  assert 'pretrained another encoder' in message and f'({field} ' in message
+  assert f'to fine-tune it {fix}, or' in message
+  assert 'objective' not in message  # the objective is the pretraining's own, never blamed
+  if fix.startswith('set'):  # the suggested override is the one that fine-tunes it
+    config_lib.validate(config_lib.load_config('configs/listops.py:luna16,quick', [
+        f'--config.pretrained={folder}', fix.split()[-1]]))
+
+
+@pytest.mark.parametrize('spec', ['configs/listops.py:luna16,quick',
+                                  'configs/listops.py:luna16,quick,spt'])
+def test_pretrained_takes_the_pretraining_s_own_objective_from_either_folder(tmp_path, spec):
+  """Without the word spt, and given the run folder or the pretraining/ folder that results.json
+  names, a run fine-tunes from the pretraining with its objective, rate and steps."""
+  folder = fake_pretraining(tmp_path / 'run', 'configs/listops.py:luna16,quick,spt',
+                            '--config.pretraining.num_train_steps=7')
+  for given in (folder, run_folder.pretraining_dir(folder)):
+    config = config_lib.load_config(spec, [f'--config.pretrained={given}'])
+    config_lib.validate(config)
+    assert config.pretraining.objective == 'masked'
+    assert config.pretraining.mask_rate == spt.PAPER_MASK_RATES['listops']
+    assert config.pretraining.num_train_steps == 7 and not config.pretraining.is_phase
+    assert spt.pretraining_folder(given) == run_folder.pretraining_dir(folder)
+    assert config_lib.model_label(config) == 'luna16+spt'
+
+
+def test_pretrained_with_another_objective_asked_is_refused(tmp_path):
+  folder = fake_pretraining(tmp_path / 'run', 'configs/listops.py:transformer,quick,spt',
+                            '--config.pretraining.objective=causal', '--config.model.head=mean')
+  message = one_line_error('configs/listops.py:transformer,quick,spt',
+                           f'--config.pretrained={folder}', '--config.model.head=mean')
+  assert "holds a 'causal' pretraining, but this run asks for 'masked'" in message
+  config = config_lib.load_config('configs/listops.py:transformer,quick',
+                                  [f'--config.pretrained={folder}', '--config.model.head=mean'])
+  config_lib.validate(config)
+  assert config.pretraining.objective == 'causal'
+
+
+def test_most_frequent_token_share_is_counted_over_real_tokens_only():
+  ids = np.array([[5, 5, 7, 9, 0, 0], [7, 7, 7, 9, 0, 0]])  # 9 is EOS, 0 padding
+  assert masking.most_frequent_token([ids], mask_padding=True, eos_id=9) == (7, 4 / 6)
+  # Pixels: 0 is a value, nothing is padding.
+  assert masking.most_frequent_token([ids], mask_padding=False) == (0, 4 / 12)
+  # Retrieval's two documents count together; a tie goes to the lowest id.
+  assert masking.most_frequent_token([np.array([[3, 3]]), np.array([[4, 4]])], True) == (3, 0.5)
+  with pytest.raises(ValueError, match='no predictable token'):
+    masking.most_frequent_token([np.zeros((2, 3), int)], mask_padding=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -374,6 +422,9 @@ def test_results_have_a_pretraining_section_on_training_inputs_only(reference_sp
   results, pretrained = read_results(reference_spt)
   section = results['pretraining']
   assert section['objective'] == 'masked' and section['steps'] == 20
+  # The reference point: the share of the most frequent real token of the held-in inputs.
+  assert section['majority_token'] == pretrained['majority_token']
+  assert 0 < section['majority_accuracy'] == pretrained['majority_accuracy'] < 1
   assert section['folder'] == str(run_folder.pretraining_dir(reference_spt))
   assert 0 <= section['accuracy'] <= 1 and section['loss'] > 0 and section['predicted_tokens'] > 0
   assert section['inputs'].startswith('training split only')
@@ -391,7 +442,8 @@ def test_fine_tuning_starts_from_exactly_the_pretrained_encoder_and_a_fresh_head
   data = datasets.load_task(config)
   tx = steps.make_optimizer(config)
   _, fresh, _ = steps.init_state(steps.model_config(config, data), 0, tx)
-  run = train.SeedRun(config, reference_spt, pretrained_from=reference_spt)
+  run = train.SeedRun(config, reference_spt,
+                      pretrained_from=run_folder.pretraining_dir(reference_spt))
   started = train.with_pretrained_encoders(config, data, [run], [fresh])[0]
   phase = spt.phase_config(config)
   _, template, _ = steps.init_state(steps.model_config(phase, data), 0,
@@ -462,10 +514,24 @@ def test_a_kill_in_fine_tuning_resumes_without_pretraining_again(data_dir, refer
   assert ours[1] == reference[1]
 
 
-def test_fine_tuning_from_another_runs_pretraining(data_dir, reference_spt, tmp_path):
+@pytest.mark.parametrize('spt_word', [True, False])
+def test_fine_tuning_from_another_runs_pretraining(data_dir, reference_spt, tmp_path, spt_word):
+  """With or without the word spt, from the run folder or the folder results.json names: the
+  same results as the run that pretrained, and the first lines name the pretraining."""
   workdir = tmp_path / 'shared'
-  subprocess.run(spt_command(data_dir, workdir, **{'pretrained': str(reference_spt)}),
-                 env=run_env(), check=True, capture_output=True)
+  given = reference_spt if spt_word else json.loads(
+      (reference_spt / 'results.json').read_text())['pretraining']['folder']
+  command = spt_command(data_dir, workdir, **{'pretrained': str(given)})
+  if not spt_word:
+    command[command.index('--config') + 1] = tiny.QUICK_LISTOPS
+    command = [arg for arg in command if 'pretraining.' not in arg]
+  proc = subprocess.run(command, env=run_env(), check=True, capture_output=True, text=True)
+  head = proc.stdout.splitlines()[:8]
+  folder = run_folder.pretraining_dir(reference_spt)
+  assert any(f'20 fine-tuning steps from the masked pretraining in {given}' in line
+             for line in head), head
+  assert any(line.startswith(f'fine-tuning from the pretraining in {folder}: masked at rate '
+                             f"{spt.PAPER_MASK_RATES['listops']}, 20 steps") for line in head), head
   results = json.loads((workdir / 'results.json').read_text())
   assert results['pretraining']['folder'] == str(run_folder.pretraining_dir(reference_spt))
   assert not run_folder.pretraining_dir(workdir).exists()  # nothing pretrained here

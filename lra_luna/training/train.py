@@ -35,6 +35,7 @@ from lra_luna import learning_curves
 from lra_luna import spt
 from lra_luna.datasets import input_pipeline
 from lra_luna.models import pretraining
+from lra_luna.models.objectives import masking
 from lra_luna.training import checkpoints as checkpoints_lib
 from lra_luna.training import metrics as metrics_lib
 from lra_luna.training import run_folder
@@ -55,7 +56,7 @@ class SeedRun:
   checkpoints: checkpoints_lib.Checkpoints | None = None
   best: dict = dataclasses.field(default_factory=lambda: {'step': -1, 'val_accuracy': -1.0})
   validation_pending: bool = False   # its latest checkpoint was saved before that step's validation
-  pretrained_from: pathlib.Path | None = None  # the run folder whose pretraining it fine-tunes
+  pretrained_from: pathlib.Path | None = None  # the folder of the pretraining it fine-tunes
 
   @property
   def seed(self) -> int:
@@ -119,20 +120,25 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
 
 def pretrain(config, runs, overwrite: bool, stop) -> None:
   """The pretraining phase of a self-pretrained run (spt.py): sets each run's pretrained_from,
-  the run folder whose pretraining/ it fine-tunes (config.pretrained, else the first run of its
-  pretraining seed), and trains the pretrainings not finished yet (on the training inputs)."""
+  the folder of the pretraining it fine-tunes (config.pretrained's, else the pretraining/ of the
+  first run of its pretraining seed), and trains the pretrainings not finished yet (on the
+  training inputs). A run given config.pretrained says which pretraining it loads."""
   if config.pretrained:
+    folder = spt.pretraining_folder(config.pretrained)
+    say(jax.process_index() == 0, f'fine-tuning from the pretraining in {folder}: '
+        f'{describe_pretraining(spt.finished_pretraining(folder) or {})}.')
     for run in runs:
-      run.pretrained_from = pathlib.Path(config.pretrained)
+      run.pretrained_from = folder
     return
   if overwrite and jax.process_index() == 0:  # Cleared once, before the pretraining is written.
     for run in runs:
       run_folder.start_workdir(run.config, run.workdir, overwrite=True)
   owners = {}  # pretraining seed -> the run folder that holds it
   for run in runs:
-    run.pretrained_from = owners.setdefault(spt.pretraining_seed(config, run.seed), run.workdir)
+    run.pretrained_from = run_folder.pretraining_dir(
+        owners.setdefault(spt.pretraining_seed(config, run.seed), run.workdir))
   todo = {seed: folder for seed, folder in owners.items()
-          if spt.finished_pretraining(folder) is None}
+          if spt.finished_pretraining(run_folder.pretraining_dir(folder)) is None}
   for seed, folder in owners.items():
     if seed not in todo:
       say(jax.process_index() == 0, f'pretraining finished in '
@@ -308,7 +314,7 @@ def training_inputs_only(data):
 
 def with_pretrained_encoders(config, data, runs, states) -> list:
   """Each seed's fresh classifier state with the encoder of the pretraining it fine-tunes (the
-  latest checkpoint of <run.pretrained_from>/pretraining/): the same arrays; a fresh head."""
+  latest checkpoint in run.pretrained_from): the same arrays; a fresh head."""
   phase = spt.phase_config(config)
   objective = steps.pretraining_objective(phase, data)
   _, template, _ = steps.init_state(steps.model_config(phase, data), 0,
@@ -316,8 +322,8 @@ def with_pretrained_encoders(config, data, runs, states) -> list:
   saved = {}
   for run in runs:
     if run.pretrained_from not in saved:
-      folder = run_folder.pretraining_dir(run.pretrained_from)
-      recorded = spt.finished_pretraining(run.pretrained_from) or {}
+      folder = run.pretrained_from
+      recorded = spt.finished_pretraining(folder) or {}
       if recorded.get('vocab_size') != data.vocab_size:
         raise run_folder.TrainingError(
             f'{folder} pretrained a vocabulary of {recorded.get("vocab_size")} ids, this task '
@@ -517,11 +523,18 @@ def final_results(config, runs, state, data, evaluate, label, num_params, monito
 def pretraining_results(config, runs, state, data, evaluate, label, num_params, monitor,
                         is_writer, last_val, stop) -> list:
   """The end of a pretraining phase: each seed's token loss and accuracy of its last step on the
-  held-in training inputs (training_inputs_only), written to its pretraining/results.json."""
+  held-in training inputs (training_inputs_only), beside the accuracy of always predicting the
+  most frequent token there (masking.most_frequent_token), written to its
+  pretraining/results.json."""
   total = config.num_train_steps
   val = (last_val or recorded_validation(runs, total)
          or evaluation(evaluate, state, data.splits['validation'], monitor, stop,
                        f'token check of step {total}'))
+  objective = steps.pretraining_objective(config, data)
+  held_in = data.splits['validation']
+  majority_token, majority_accuracy = masking.most_frequent_token(
+      [held_in[key] for key in ('inputs', 'inputs1', 'inputs2') if key in held_in],
+      objective.mask_padding, objective.eos_id)
   all_results = []
   for i, run in enumerate(runs):
     results = {'task': config.task, 'model': label, 'phase': 'pretraining',
@@ -532,11 +545,16 @@ def pretraining_results(config, runs, state, data, evaluate, label, num_params, 
                'seed': int(run.seed), 'num_params': num_params, 'steps': total,
                'vocab_size': data.vocab_size, 'loss': float(val['loss'][i]),
                'accuracy': float(val['accuracy'][i]), 'predicted_tokens': val['count'],
+               # The reference point of `accuracy`: always predicting the most frequent token.
+               'majority_token': majority_token, 'majority_accuracy': majority_accuracy,
                'inputs': f'training split only: {len(data.splits["train"]["targets"])} '
                          f'examples, the first {len(data.splits["validation"]["targets"])} '
                          'for the token loss and accuracy',
                'data': data_record(config, data), 'run': config_lib.run_record(config)}
     monitor.write(total, i, {'token_loss': results['loss'], 'token_accuracy': results['accuracy']})
+    say(is_writer, f'seed {run.seed} pretraining: token accuracy {results["accuracy"]:.4f}; '
+        f'always predicting the most frequent token ({majority_token}): '
+        f'{majority_accuracy:.4f}.')
     close_run(run, results, is_writer)
     all_results.append(results)
   return all_results
@@ -552,13 +570,25 @@ def close_run(run, results: dict, is_writer: bool) -> None:
 
 
 def pretraining_record(folder) -> dict:
-  """results.json's `pretraining` of a fine-tuned run: what its pretraining (in `folder`'s
-  pretraining/) recorded."""
+  """results.json's `pretraining` of a fine-tuned run: what its pretraining (in `folder`, the
+  pretraining's own folder) recorded."""
   recorded = spt.finished_pretraining(folder) or {}
   keys = ('objective', 'mask_rate', 'loss_function', 'seed', 'steps', 'loss', 'accuracy',
-          'predicted_tokens', 'inputs', 'data')
-  return {'folder': str(run_folder.pretraining_dir(folder)),
-          **{key: recorded.get(key) for key in keys}}
+          'majority_token', 'majority_accuracy', 'predicted_tokens', 'inputs', 'data')
+  return {'folder': str(folder), **{key: recorded.get(key) for key in keys}}
+
+
+def describe_pretraining(recorded: dict) -> str:
+  """A pretraining's results.json in words: objective, rate, steps, its token accuracy beside
+  that of always predicting the most frequent token."""
+  rate = f" at rate {recorded['mask_rate']}" if recorded.get('mask_rate') else ''
+  text = (f"{recorded.get('objective')}{rate}, {recorded.get('steps')} steps, seed "
+          f"{recorded.get('seed')}")
+  if recorded.get('accuracy') is not None:
+    text += f", token accuracy {recorded['accuracy']:.4f}"
+  if recorded.get('majority_accuracy') is not None:
+    text += (f" (always the most frequent token: {recorded['majority_accuracy']:.4f})")
+  return text
 
 
 def data_record(config, data) -> dict:
