@@ -577,29 +577,56 @@ def test_direct_causal_convolution_equals_the_fft_one():
 # ----------------------------------------------------------------------------------------------
 # Report: from scratch and SPT side by side.
 # ----------------------------------------------------------------------------------------------
-def fake_result(folder, model, seed, accuracy, pretrained: bool):
+def fake_result(folder, model, seed, accuracy, pretrained: bool, token_accuracy=0.30,
+                pretraining_folder='shared'):
   results = {'task': 'listops', 'model': model, 'head': 'cls', 'seed': seed,
              'last': {'test_accuracy': accuracy}, 'best': {'test_accuracy': accuracy}}
   if pretrained:
-    results['pretraining'] = {'objective': 'masked', 'steps': 10}
+    results['pretraining'] = {'objective': 'masked', 'steps': 10, 'accuracy': token_accuracy,
+                              'majority_accuracy': 0.192, 'folder': pretraining_folder}
     run_folder.write_json_atomically(run_folder.pretraining_dir(folder) / 'results.json',
                                      {'phase': 'pretraining', 'steps': 10})
   run_folder.write_json_atomically(folder / 'results.json', results)
 
 
-def test_report_puts_scratch_and_spt_side_by_side(tmp_path):
+SCRATCH, SPT = [0.40, 0.42, 0.47], [0.50, 0.56, 0.52]
+
+
+def test_report_puts_scratch_spt_their_difference_and_the_pretraining_side_by_side(tmp_path):
+  from scipy import stats  # pylint: disable=import-outside-toplevel
   from lra_luna.report import command  # pylint: disable=import-outside-toplevel
-  for seed, (scratch, pretrained) in enumerate([(0.40, 0.50), (0.42, 0.56)]):
+  for seed, (scratch, pretrained) in enumerate(zip(SCRATCH, SPT)):
     fake_result(tmp_path / 'scratch' / f'seed{seed}', 'transformer', seed, scratch, False)
-    # A label written before the suffix existed gets it from the pretraining section.
-    fake_result(tmp_path / 'spt' / f'seed{seed}', 'transformer', seed, pretrained, True)
+    # A label written before the suffix existed gets it from the pretraining section. Seeds 0
+    # and 1 share one pretraining, seed 2 has its own: two pretrainings.
+    fake_result(tmp_path / 'spt' / f'seed{seed}', 'transformer', seed, pretrained, True,
+                token_accuracy=0.30 if seed < 2 else 0.40,
+                pretraining_folder='shared' if seed < 2 else 'own')
   paths = command.make_report(tmp_path)
   table = (tmp_path / 'report' / 'table_spt.md').read_text()
   assert tmp_path / 'report' / 'table_spt.md' in paths
-  rows = [line for line in table.splitlines() if line.startswith('| Transformer')]
-  assert rows[0].startswith('| Transformer | cls | ours | 41.00 ± 1.41 (2)'), rows
-  assert rows[1].startswith('| Transformer + SPT | cls | ours | 53.00 ± 4.24 (2)'), rows
-  assert 'not shown; no stored copy' in table
+  cells = {line.split(' | ')[0].lstrip('| '): line.split(' | ') for line in table.splitlines()
+           if line.startswith('| ')}
+  assert cells['Transformer'][3] == '43.00 ± 3.61 (3)'
+  assert cells['Transformer + SPT'][3] == '52.67 ± 3.06 (3)'
+  # The difference and its 95% interval by Welch's t, as scipy computes it.
+  welch = stats.ttest_ind(np.array(SPT) * 100, np.array(SCRATCH) * 100, equal_var=False)
+  low, high = welch.confidence_interval(0.95)
+  assert cells['Δ SPT - scratch'][3] == f'{52.67 - 43.00:+.2f} [{low:+.2f}, {high:+.2f}]'
+  # The pretraining's token accuracy over its two pretrainings, beside its reference point.
+  assert cells['pretraining: token accuracy'][3] == '35.00 ± 7.07 (2)'
+  assert cells['pretraining: always the most frequent token'][3] == '19.20 ± 0.00 (2)'
+  # The SPT paper's printed figures, each in its own column, never a task cell.
+  header = next(line for line in table.splitlines() if line.startswith('| Model'))
+  assert 'LRA avg. w/o PathX-256 (paper)' in header and 'PathX-256 (paper)' in header
+  paper = cells['Transformer + rotary + masked SPT']
+  assert paper[3] == '—' and paper[-2] == '86.20' and paper[-1] == '— |'
+  assert cells['S4 + SPT'][-1] == '87.00 |'
+  # Not repeated in Table 1, which says where they are; no empty Table 3 (no Luna run).
+  table1 = (tmp_path / 'report' / 'table1.md').read_text()
+  assert 'Transformer + SPT' not in table1.split('\n\n')[1]
+  assert 'Self-pretrained rows (transformer+spt) are in table_spt' in table1
+  assert not (tmp_path / 'report' / 'table3.md').exists()
 
 
 def test_report_without_spt_runs_writes_no_spt_table(tmp_path):
@@ -662,3 +689,24 @@ def test_evaluate_and_predict_read_an_spt_run_as_any_other(reference_spt):
       ['( ( [MAX 2 9 ) 4 ] )', '( [MIN 3 1 ] )'])
   assert probabilities.shape == (2, 10)
   np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_opening_line_counts_both_phases():
+  from lra_luna import run_size  # pylint: disable=import-outside-toplevel
+  config = config_lib.load_config('configs/listops.py:luna16,quick,spt')
+  assert (f'{config.pretraining.num_train_steps} masked pretraining + '
+          f'{config.num_train_steps} fine-tuning steps of batch') in run_size.opening_line(config)
+  plain = config_lib.load_config('configs/listops.py:luna16,quick')
+  assert f': {plain.num_train_steps} steps of batch' in run_size.opening_line(plain)
+
+
+def test_figure_says_an_spt_point_is_fine_tuning_speed(tmp_path):
+  from lra_luna import report  # pylint: disable=import-outside-toplevel
+  from lra_luna.report import figures  # pylint: disable=import-outside-toplevel
+  for model in ('transformer', 'transformer+spt'):
+    folder = tmp_path / model / 'seed0'
+    fake_result(folder, model, 0, 0.5, model.endswith('+spt'))
+    (folder / 'metrics.jsonl').write_text('{"step": 10, "steps_per_s": 3.0}\n')
+  results = report.load_results(tmp_path)
+  points = figures.figure_points(report.summarize(results, 'last'), results, None)
+  assert any('+spt points: the speed of their fine-tuning alone' in n for n in points['notes'])
