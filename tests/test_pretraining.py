@@ -230,6 +230,31 @@ PAPER_RATES = [('listops', 0.10), ('text', 0.15), ('retrieval', 0.15), ('image',
 
 
 @pytest.mark.parametrize('task,rate', PAPER_RATES)
+def test_the_papers_two_settings_are_the_documented_commands(task, rate):
+  """docs/spt.md: Table 1 = LRA's Transformer + SPT (masked, or causal with the mean head);
+  Table 2 = rotary positions, mean pooling, the pre-LN block, masked SPT at the paper's rate."""
+  from lra_luna.models.encoder import transformer  # pylint: disable=import-outside-toplevel
+  lra = config_lib.load_config(f'configs/{task}.py:transformer')
+  table1 = config_lib.load_config(f'configs/{task}.py:transformer,spt')
+  causal = config_lib.load_config(f'configs/{task}.py:transformer,spt', [
+      '--config.pretraining.objective=causal', '--config.model.head=mean'])
+  table2 = config_lib.load_config(f'configs/{task}.py:transformer,rotary,spt',
+                                  ['--config.model.head=mean'])
+  for config in (table1, causal, table2):
+    config_lib.validate(config)
+    assert config.pretraining.mask_rate == pytest.approx(rate)
+  assert table1.model.to_dict() == lra.model.to_dict()  # LRA's model, untouched
+  assert table1.pretraining.objective == 'masked' and causal.pretraining.objective == 'causal'
+  assert table2.model.positions == 'rotary' and table2.model.head == 'mean'
+  assert table2.pretraining.objective == 'masked'
+  assert transformer.TransformerBlock.final_norm(table2.model)  # the pre-LN stack
+  docs = (REPO / 'docs' / 'spt.md').read_text()
+  assert 'configs/listops.py:transformer,rotary,spt --config.model.head=mean' in docs
+  assert ('configs/listops.py:transformer,spt --config.pretraining.objective=causal '
+          '--config.model.head=mean') in docs
+
+
+@pytest.mark.parametrize('task,rate', PAPER_RATES)
 def test_spt_word_sets_the_papers_mask_rate_for_each_task(task, rate):
   config = config_lib.load_config(f'configs/{task}.py:transformer,spt')
   assert config.pretraining.mask_rate == pytest.approx(rate)
