@@ -66,8 +66,8 @@ def causal_models() -> list[str]:
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """ValueError in one line for a bad pretraining setting, before any data is read."""
-  from lra_luna import config_lib  # pylint: disable=import-outside-toplevel
+  """ValueError in one line for a bad pretraining setting, before any data is read (the
+  schedule's name and config.pretrained's folder are config_lib.validate's to check)."""
   p = config.pretraining
   if p.objective not in ('', *OBJECTIVES):
     raise ValueError(f'config.pretraining.objective = {p.objective!r} is not valid; valid '
@@ -89,11 +89,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
       if p[field] <= 0:
         raise ValueError(f'config.pretraining.{field} must be positive, got {p[field]}; set '
                          f'--config.pretraining.{field}=<value> (the word spt sets it).')
-    if p.schedule not in config_lib.SCHEDULES:
-      raise ValueError(f'config.pretraining.schedule = {p.schedule!r} is not valid; valid '
-                       f'choices: {list(config_lib.SCHEDULES)}.')
-  if config.get('pretrained'):
-    check_pretrained(config, config.pretrained)
 
 
 def check_causal(config) -> None:
@@ -179,38 +174,34 @@ def use_pretraining_of(config: ml_collections.ConfigDict) -> ml_collections.Conf
   return config
 
 
-def check_pretrained(config, folder) -> None:
-  """ValueError in one line unless `folder` (a run folder or its pretraining/) holds a finished
-  pretraining of config's task, model, vocabulary and sizes (fields outside HEAD_FIELDS); the
-  line says which options fine-tune it."""
-  given, folder = folder, pretraining_folder(folder)
+def finished_pretraining_config(given) -> dict:
+  """The config.json of the finished pretraining that config.pretrained = `given` names (a run
+  folder or its pretraining/); ValueError in one line when it holds none."""
+  folder = pretraining_folder(given)
   if finished_pretraining(folder) is None:
     raise ValueError(f'config.pretrained = {str(given)!r} holds no finished pretraining (no '
                      f'{folder / run_folder.RESULTS_FILE} of its last step); give the folder '
                      'of a run trained with the word spt, or its pretraining/ folder.')
-  saved = json.loads((folder / run_folder.CONFIG_FILE).read_text())
-  differing = encoder_differences(saved, config)
-  if differing:
-    theirs = {key: value for key, value, _ in differing}
-    task_model = [d for d in differing if d[0] in ('task', 'model_name')]
-    if task_model:  # another preset: its sizes differ too, the preset says it
-      differing = task_model
-      fix = (f"use --config configs/{theirs.get('task', config.task)}.py:"
-             f"{theirs.get('model_name', config.model_name)}")
-    else:
-      fix = 'set ' + ' '.join(f'--config.{key}={value}' for key, value, _ in differing)
-    what = ', '.join(f'{key} {there!r} there, {here!r} here' for key, there, here in differing)
-    raise ValueError(f'config.pretrained = {str(given)!r} pretrained another encoder ({what}); '
-                     f'to fine-tune it {fix}, or give a pretraining of this config.')
+  return json.loads((folder / run_folder.CONFIG_FILE).read_text())
 
 
-def encoder_differences(saved: dict, config) -> list[tuple]:
-  """(field, the pretraining's value, config's value) for the fields of SHARED_FIELDS and of
-  config.model (outside HEAD_FIELDS) in which a pretraining's config.json differs from
-  `config`."""
-  from lra_luna import config_lib  # pylint: disable=import-outside-toplevel
-  theirs = config_lib.flatten(config_lib.saved_config(saved))
-  ours = config_lib.flatten(config)
+def check_same_encoder(given, theirs: dict, ours: dict) -> None:
+  """ValueError in one line unless a pretraining's config (`theirs`, flat: config_lib.flatten of
+  its config.json) and the fine-tuning run's (`ours`) build the same encoder (SHARED_FIELDS and
+  config.model outside HEAD_FIELDS); the line names the fields and the option that fine-tunes
+  the pretraining given as config.pretrained = `given`."""
   keys = [*SHARED_FIELDS, *(k for k in ours if k.startswith('model.')
                             and k.split('.')[1] not in HEAD_FIELDS)]
-  return [(k, theirs.get(k), ours.get(k)) for k in sorted(keys) if theirs.get(k) != ours.get(k)]
+  differing = [(k, theirs.get(k), ours.get(k)) for k in sorted(keys)
+               if theirs.get(k) != ours.get(k)]
+  if not differing:
+    return
+  task_model = [d for d in differing if d[0] in ('task', 'model_name')]
+  if task_model:  # another preset: its sizes differ too, the preset says it
+    differing = task_model
+    fix = (f"use --config configs/{theirs['task']}.py:{theirs['model_name']}")
+  else:
+    fix = 'set ' + ' '.join(f'--config.{key}={value}' for key, value, _ in differing)
+  what = ', '.join(f'{key} {there!r} there, {here!r} here' for key, there, here in differing)
+  raise ValueError(f'config.pretrained = {str(given)!r} pretrained another encoder ({what}); '
+                   f'to fine-tune it {fix}, or give a pretraining of this config.')

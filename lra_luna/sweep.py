@@ -123,7 +123,7 @@ def finished(run: Run) -> bool:
     return False
   saved_path = run.workdir / run_folder.CONFIG_FILE
   if saved_path.exists():
-    differing = run_folder.config_differences(json.loads(saved_path.read_text()), run.config)
+    differing = config_lib.config_differences(json.loads(saved_path.read_text()), run.config)
     if differing:
       raise ValueError(f'{run.workdir} holds results of another config (fields {differing} '
                        'differ); delete it or use another --sweep_dir.')

@@ -308,9 +308,9 @@ def test_a_rerun_may_differ_in_its_preset_alone(tmp_path):
   config = config_lib.load_config(QUICK)
   saved = json.loads(config.to_json())
   saved.pop('preset')  # a config.json from before the run record
-  assert run_folder.config_differences(saved, config) == []
+  assert config_lib.config_differences(saved, config) == []
   saved['eval_every'] = 7
-  assert run_folder.config_differences(saved, config) == ['eval_every']
+  assert config_lib.config_differences(saved, config) == ['eval_every']
 
 
 def report_lines(path, start):
