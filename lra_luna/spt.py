@@ -1,11 +1,12 @@
 """Self-pretraining (SPT; Amos, Berant and Gupta, "Never Train from Scratch", ICLR 2024): the
-word `spt` and `config.pretraining`, checked here; the two phases run in training/train.py, the
-objectives are models/objectives, the settings and their sources docs/spt.md.
+word `spt` and `config.pretraining`, checked here; the two phases run in training/train.py (with
+training/pretraining.py and training/fine_tuning.py), the objectives are models/objectives, the
+settings and their sources docs/spt.md.
 
 A run with config.pretraining.objective set first pretrains its encoder on the training split's
 inputs (never validation or test inputs) in <workdir>/pretraining/ (run_folder.pretraining_dir),
 a run folder of its own, then fine-tunes that encoder with a fresh classification head. No JAX
-here: config_lib validates with this module.
+here, and nothing of config_lib: config_lib builds on this module (its words and validate).
 """
 
 import json

@@ -20,7 +20,7 @@ from flax import nnx
 from lra_luna import config_lib, spt
 from lra_luna.models import pretraining
 from lra_luna.models.objectives import Objective, losses, masking, token_loss_sums
-from lra_luna.training import checkpoints, run_folder, steps, train
+from lra_luna.training import checkpoints, fine_tuning, run_folder, steps, train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 import tiny  # noqa: E402  (the shared tiny run: tests/tiny.py)
@@ -469,7 +469,7 @@ def test_fine_tuning_starts_from_exactly_the_pretrained_encoder_and_a_fresh_head
   _, fresh, _ = steps.init_state(steps.model_config(config, data), 0, tx)
   run = train.SeedRun(config, reference_spt,
                       pretrained_from=run_folder.pretraining_dir(reference_spt))
-  started = train.with_pretrained_encoders(config, data, [run], [fresh])[0]
+  started = fine_tuning.with_pretrained_encoders(config, data, [run], [fresh])[0]
   phase = spt.phase_config(config)
   _, template, _ = steps.init_state(steps.model_config(phase, data), 0,
                                     steps.make_optimizer(phase),
