@@ -36,6 +36,7 @@ from absl import logging  # noqa: E402
 from lra_luna import config_lib  # noqa: E402
 from lra_luna import run_size  # noqa: E402
 from lra_luna.training import run_folder  # noqa: E402
+from lra_luna.training import signals  # noqa: E402
 from lra_luna.training import steps  # noqa: E402
 from lra_luna.training import train  # noqa: E402
 
@@ -72,7 +73,7 @@ def parse_flags(argv):
 def stop_at_once(signum, frame):
   """Until training's own handlers take over: a signal stops where the program is."""
   del frame
-  raise train.StopRequested(signal.Signals(signum).name)
+  raise signals.StopRequested(signal.Signals(signum).name)
 
 
 def print_config() -> None:
@@ -119,7 +120,7 @@ def main(argv):
   except (ValueError, run_folder.TrainingError) as e:
     # Bad input gets one clear message, not a traceback.
     sys.exit(f'error: {e}')
-  except train.Interrupted as e:  # SIGINT / SIGTERM: what ran, what is saved, how to go on.
+  except signals.Interrupted as e:  # SIGINT / SIGTERM: what ran, what is saved, how to go on.
     print(f'{e}; {resume}', file=sys.stderr)
     sys.exit(128 + getattr(signal, e.signal_name))
   except KeyboardInterrupt as e:  # Outside training's handlers: while starting.

@@ -10,6 +10,7 @@ with one-line errors.
 import dataclasses
 import difflib
 import importlib.util
+import json
 import pathlib
 import types
 
@@ -19,6 +20,7 @@ from ml_collections import config_flags
 
 from lra_luna import protocols
 from lra_luna import registry
+from lra_luna import spt
 from lra_luna import tasks
 from lra_luna.models import model_config
 import lra_luna
@@ -158,7 +160,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.matmul_precision = 'default'    # one of MATMUL_PRECISIONS (jax.default_matmul_precision)
   c.smoke = False                   # a smoke test (the word smoke): results and reports say so
   c.pretraining = pretraining_config()  # self-pretraining (the word spt), off by default
-  # Fine-tune from the finished pretraining of another run folder (its pretraining/ subfolder).
+  # Fine-tune from the finished pretraining in a run folder or its pretraining/ folder; its
+  # objective and settings become config.pretraining (spt.use_pretraining_of).
   c.pretrained = ''
   # The model: every field of ModelConfig with its default (models/model_config.py says what
   # each one is and checks it).
@@ -302,9 +305,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if not 0 <= config.max_truncated_fraction <= 1:
     raise ValueError(f'config.max_truncated_fraction must be in [0, 1], got '
                      f'{config.max_truncated_fraction}.')
-  if config.get('pretraining', {}).get('objective') or config.get('pretrained'):
-    from lra_luna import spt  # pylint: disable=import-outside-toplevel
+  pretraining = config.get('pretraining', {})
+  if pretraining.get('objective') or config.get('pretrained'):
     spt.validate(config)
+    if pretraining.get('objective') and not pretraining.get('is_phase'):
+      _check_choice('pretraining.schedule', pretraining.schedule, SCHEDULES)
+  if config.get('pretrained'):  # a finished pretraining of this encoder
+    saved = spt.finished_pretraining_config(config.pretrained)
+    spt.check_same_encoder(config.pretrained, flatten(saved_config(saved)), flatten(config))
 
 
 def check_accumulation(steps, batch_per_device: int, devices: int = 1) -> None:
@@ -347,6 +355,18 @@ def flatten(config: ml_collections.ConfigDict) -> dict:
 
   visit('', config)
   return flat
+
+
+def config_differences(saved: dict, config) -> list[str]:
+  """The fields in which a run folder's config.json (`saved`) differs from `config`; a field that
+  config.json predates counts as its default (saved_config); where the config came from
+  (BOOKKEEPING_FIELDS: its preset) and how a step is computed (SAME_UPDATE_FIELDS: its
+  micro-batches) do not count."""
+  saved = flatten(json.loads(saved_config(saved).to_json()))
+  wanted = flatten(json.loads(config.to_json()))
+  return sorted(k for k in set(saved) | set(wanted)
+                if saved.get(k) != wanted.get(k)
+                and k not in (*BOOKKEEPING_FIELDS, *SAME_UPDATE_FIELDS))
 
 
 def saved_config(saved: dict) -> ml_collections.ConfigDict:
@@ -447,7 +467,6 @@ def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
   module_spec.loader.exec_module(module)
   config = module.get_config() if arg is None else module.get_config(arg)
   if parse_arg(arg).spt:  # every task config's self-pretraining, before smoke and the overrides
-    from lra_luna import spt  # pylint: disable=import-outside-toplevel
     spt.use_spt_settings(config)
   if parse_arg(arg).smoke:  # every task config's smoke test, before the overrides
     use_smoke_settings(config)
@@ -464,7 +483,10 @@ def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
     flag_values(argv)
   except flags.Error as e:
     raise ValueError(str(e).strip().splitlines()[0]) from None
-  return flag_values.config
+  config = flag_values.config
+  if config.pretrained:  # fine-tuning another run's pretraining: its objective and settings
+    spt.use_pretraining_of(config)
+  return config
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,6 +22,16 @@ S4D_PAPER = 'Gu et al. 2022 (S4D)'
 # Attention", ICLR 2023 (arXiv:2209.10655): its LRA table (Mega, Mega-chunk).
 MEGA_PAPER = 'Ma et al. 2023 (Mega)'
 
+# Smith, Warrington and Linderman, "Simplified State Space Layers for Sequence Modeling", ICLR
+# 2023 (arXiv:2208.04933): its Table 1 (LRA).
+S5_PAPER = 'Smith et al. 2023 (S5)'
+# Orvieto, Smith, Gu, Fernando, Gulcehre, Pascanu and De, "Resurrecting Recurrent Neural Networks
+# for Long Sequences", ICML 2023 (arXiv:2303.06349): its Table 3 (mean over 3 seeds).
+LRU_PAPER = 'Orvieto et al. 2023 (LRU)'
+# Amos, Berant and Gupta, "Never Train from Scratch: Fair Comparison of Long-Sequence Models
+# Requires Data-Driven Priors", ICLR 2024 (arXiv:2310.02980).
+SPT_PAPER = 'Amos et al. 2024 (SPT)'
+
 # The five tasks of the papers' tables and averages (Path-X: every model failed, chance level).
 TASKS = tasks.TABLE1_TASKS
 CLS_VS_P_TASKS = tasks.TABLE3_TASKS
@@ -61,3 +71,28 @@ TABLE3 = (
 def matching(rows, model: str, head: str) -> list[PublishedRow]:
   """The published rows of `model` trained with `head` (or with the source's own head)."""
   return [r for r in rows if r.model == model and r.head in (None, head)]
+
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedFigure:
+  """One number a paper's text prints, in one column of its own (SPT_COLUMNS), not a task row."""
+  label: str      # what the number is of
+  paper: str
+  where: str      # where in the paper
+  column: str     # a key of SPT_COLUMNS
+  value: float    # percent
+
+
+# The SPT paper's figures that its text prints; its tables' cells are not reproduced here, and
+# no per-task row is made up from them. Their columns are not our tasks (LRA's average over six
+# tasks; PathX-256, Path-X at 256 x 256), so our rows leave them empty.
+SPT_COLUMNS = {'lra_avg': 'LRA avg. w/o PathX-256 (paper)', 'pathx256': 'PathX-256 (paper)'}
+SPT_FIGURES = (
+    PublishedFigure('Transformer + rotary + masked SPT', SPT_PAPER, 'its text',
+                    'lra_avg', 86.2),
+    PublishedFigure('S4 (well tuned), from scratch', SPT_PAPER, 'its text', 'lra_avg',
+                    86.1),
+    PublishedFigure('S4, from scratch', SPT_PAPER, 'its text (best accuracy)', 'pathx256', 67.0),
+    PublishedFigure('S4 + SPT', SPT_PAPER, 'its text (best accuracy)', 'pathx256', 87.0),
+)

@@ -36,8 +36,21 @@ def opening_line(config) -> str:
   shortened = config_lib.shortened_reasons(config)
   size = (f'SHORTENED ({", ".join(shortened)})' if shortened else 'full size')
   return (f'{config.task} / {model}, {config.protocol.upper()} protocol, {size}: '
-          f'{config.num_train_steps} steps of batch {config.batch_size} x {config.max_length} '
-          'tokens.')
+          f'{phase_steps(config)} of batch {config.batch_size} x {config.max_length} tokens.')
+
+
+def phase_steps(config) -> str:
+  """The steps a run trains, each phase named: '1500 steps'; a self-pretrained run's '1500
+  masked pretraining + 1500 fine-tuning steps'; a run given config.pretrained '1500 fine-tuning
+  steps from the pretraining in DIR'."""
+  p = config.get('pretraining', {})
+  if config.get('pretrained'):
+    return (f'{config.num_train_steps} fine-tuning steps from the {p.get("objective")} '
+            f'pretraining in {config.pretrained}')
+  if p.get('objective'):
+    return (f'{p.num_train_steps} {p.objective} pretraining + {config.num_train_steps} '
+            'fine-tuning steps')
+  return f'{config.num_train_steps} steps'
 
 
 def data_line(config) -> str:

@@ -1,11 +1,12 @@
 """Self-pretraining (SPT; Amos, Berant and Gupta, "Never Train from Scratch", ICLR 2024): the
-word `spt` and `config.pretraining`, checked here; the two phases run in training/train.py, the
-objectives are models/objectives, the settings and their sources docs/spt.md.
+word `spt` and `config.pretraining`, checked here; the two phases run in training/train.py (with
+training/pretraining.py and training/fine_tuning.py), the objectives are models/objectives, the
+settings and their sources docs/spt.md.
 
 A run with config.pretraining.objective set first pretrains its encoder on the training split's
 inputs (never validation or test inputs) in <workdir>/pretraining/ (run_folder.pretraining_dir),
 a run folder of its own, then fine-tunes that encoder with a fresh classification head. No JAX
-here: config_lib validates with this module.
+here, and nothing of config_lib: config_lib builds on this module (its words and validate).
 """
 
 import json
@@ -36,9 +37,9 @@ AUTHORS_L1_TASKS = ('image',)
 # encoder's parameters: fine-tuning may change them against its pretraining.
 HEAD_FIELDS = ('head', 'classifier_dim', 'pair_features', 'dual_head_layers', 'classifier_bias',
                'mean_includes_cls', 'prune_last_layer', 'dropout', 'attention_dropout')
-# Top-level fields a pretraining and the runs fine-tuned from it must share.
-SHARED_FIELDS = ('task', 'model_name', 'max_length', 'append_eos', 'dataset_name',
-                 'pretraining.objective')
+# Top-level fields a pretraining and the runs fine-tuned from it must share (the objective is
+# the pretraining's own: use_pretraining_of).
+SHARED_FIELDS = ('task', 'model_name', 'max_length', 'append_eos', 'dataset_name')
 
 
 def use_spt_settings(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -66,8 +67,8 @@ def causal_models() -> list[str]:
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """ValueError in one line for a bad pretraining setting, before any data is read."""
-  from lra_luna import config_lib  # pylint: disable=import-outside-toplevel
+  """ValueError in one line for a bad pretraining setting, before any data is read (the
+  schedule's name and config.pretrained's folder are config_lib.validate's to check)."""
   p = config.pretraining
   if p.objective not in ('', *OBJECTIVES):
     raise ValueError(f'config.pretraining.objective = {p.objective!r} is not valid; valid '
@@ -89,11 +90,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
       if p[field] <= 0:
         raise ValueError(f'config.pretraining.{field} must be positive, got {p[field]}; set '
                          f'--config.pretraining.{field}=<value> (the word spt sets it).')
-    if p.schedule not in config_lib.SCHEDULES:
-      raise ValueError(f'config.pretraining.schedule = {p.schedule!r} is not valid; valid '
-                       f'choices: {list(config_lib.SCHEDULES)}.')
-  if config.get('pretrained'):
-    check_pretrained(config, config.pretrained)
 
 
 def check_causal(config) -> None:
@@ -130,10 +126,24 @@ def pretraining_seed(config, seed: int) -> int:
   return seed if config.pretraining.seed < 0 else int(config.pretraining.seed)
 
 
+def pretraining_folder(folder) -> pathlib.Path:
+  """The folder of the pretraining that config.pretrained names: `folder` itself when it holds a
+  pretraining phase (its config.json has pretraining.is_phase, as results.json's
+  pretraining.folder names it), else <folder>/pretraining (a self-pretrained run's folder)."""
+  folder = pathlib.Path(folder)
+  config_path = folder / run_folder.CONFIG_FILE
+  if config_path.is_file():
+    saved = json.loads(config_path.read_text())
+    if saved.get('pretraining', {}).get('is_phase'):
+      return folder
+  return run_folder.pretraining_dir(folder)
+
+
 def finished_pretraining(folder) -> dict | None:
-  """The pretraining results in a run folder's pretraining/ when it finished, else None."""
-  path = run_folder.pretraining_dir(folder) / run_folder.RESULTS_FILE
-  config_path = run_folder.pretraining_dir(folder) / run_folder.CONFIG_FILE
+  """The results of the pretraining phase in `folder` (a pretraining's own folder) when it
+  finished, else None."""
+  path = pathlib.Path(folder) / run_folder.RESULTS_FILE
+  config_path = pathlib.Path(folder) / run_folder.CONFIG_FILE
   if not path.is_file() or not config_path.is_file():
     return None
   results = json.loads(path.read_text())
@@ -141,28 +151,58 @@ def finished_pretraining(folder) -> dict | None:
   return results if results.get('steps') == steps else None
 
 
-def check_pretrained(config, folder) -> None:
-  """ValueError in one line unless `folder` holds a finished pretraining of config's task,
-  model, vocabulary and sizes (fields outside HEAD_FIELDS)."""
-  folder = pathlib.Path(folder)
+def use_pretraining_of(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """config.pretrained = DIR: config.pretraining becomes the pretraining's own (its objective,
+  rate, loss and steps, from DIR's config.json), so that a run fine-tunes from DIR without the
+  word spt. ValueError in one line when the word spt or an override asked for another
+  objective. A folder without a pretraining is left to validate's error."""
+  folder = pretraining_folder(config.pretrained)
+  config_path = folder / run_folder.CONFIG_FILE
+  if not config_path.is_file():
+    return config
+  theirs = dict(json.loads(config_path.read_text()).get('pretraining', {}))
+  ours = config.pretraining.objective
+  if ours and ours != theirs.get('objective'):
+    raise ValueError(f'config.pretrained = {config.pretrained!r} holds a '
+                     f"{theirs.get('objective')!r} pretraining, but this run asks for {ours!r}; "
+                     'drop the word spt and --config.pretraining.objective (a pretrained run '
+                     'takes its objective from its pretraining), or pretrain anew without '
+                     '--config.pretrained.')
+  theirs['is_phase'] = False
+  for key, value in theirs.items():
+    if key in config.pretraining:
+      config.pretraining[key] = value
+  return config
+
+
+def finished_pretraining_config(given) -> dict:
+  """The config.json of the finished pretraining that config.pretrained = `given` names (a run
+  folder or its pretraining/); ValueError in one line when it holds none."""
+  folder = pretraining_folder(given)
   if finished_pretraining(folder) is None:
-    raise ValueError(f'config.pretrained = {str(folder)!r} holds no finished pretraining (no '
-                     f'{run_folder.pretraining_dir(folder) / run_folder.RESULTS_FILE}); give '
-                     'the folder of a run trained with the word spt.')
-  saved = json.loads((run_folder.pretraining_dir(folder) / run_folder.CONFIG_FILE).read_text())
-  differing = encoder_differences(saved, config)
-  if differing:
-    raise ValueError(f'config.pretrained = {str(folder)!r} pretrained another encoder (fields '
-                     f'{differing} differ); fine-tune with the task, model and sizes it was '
-                     'pretrained with, or pretrain anew with the word spt.')
+    raise ValueError(f'config.pretrained = {str(given)!r} holds no finished pretraining (no '
+                     f'{folder / run_folder.RESULTS_FILE} of its last step); give the folder '
+                     'of a run trained with the word spt, or its pretraining/ folder.')
+  return json.loads((folder / run_folder.CONFIG_FILE).read_text())
 
 
-def encoder_differences(saved: dict, config) -> list[str]:
-  """The fields of SHARED_FIELDS and of config.model (outside HEAD_FIELDS) in which a
-  pretraining's config.json differs from `config`."""
-  from lra_luna import config_lib  # pylint: disable=import-outside-toplevel
-  theirs = config_lib.flatten(config_lib.saved_config(saved))
-  ours = config_lib.flatten(config)
+def check_same_encoder(given, theirs: dict, ours: dict) -> None:
+  """ValueError in one line unless a pretraining's config (`theirs`, flat: config_lib.flatten of
+  its config.json) and the fine-tuning run's (`ours`) build the same encoder (SHARED_FIELDS and
+  config.model outside HEAD_FIELDS); the line names the fields and the option that fine-tunes
+  the pretraining given as config.pretrained = `given`."""
   keys = [*SHARED_FIELDS, *(k for k in ours if k.startswith('model.')
                             and k.split('.')[1] not in HEAD_FIELDS)]
-  return sorted(k for k in keys if theirs.get(k) != ours.get(k))
+  differing = [(k, theirs.get(k), ours.get(k)) for k in sorted(keys)
+               if theirs.get(k) != ours.get(k)]
+  if not differing:
+    return
+  task_model = [d for d in differing if d[0] in ('task', 'model_name')]
+  if task_model:  # another preset: its sizes differ too, the preset says it
+    differing = task_model
+    fix = (f"use --config configs/{theirs['task']}.py:{theirs['model_name']}")
+  else:
+    fix = 'set ' + ' '.join(f'--config.{key}={value}' for key, value, _ in differing)
+  what = ', '.join(f'{key} {there!r} there, {here!r} here' for key, there, here in differing)
+  raise ValueError(f'config.pretrained = {str(given)!r} pretrained another encoder ({what}); '
+                   f'to fine-tune it {fix}, or give a pretraining of this config.')

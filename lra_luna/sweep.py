@@ -37,6 +37,7 @@ from lra_luna import learning_curves
 from lra_luna import config_lib
 from lra_luna.models import model_config
 from lra_luna.training import run_folder
+from lra_luna.training import signals
 from lra_luna.training import train
 import lra_luna
 
@@ -127,7 +128,7 @@ def finished(run: Run) -> bool:
     return False
   saved_path = run.workdir / run_folder.CONFIG_FILE
   if saved_path.exists():
-    differing = run_folder.config_differences(json.loads(saved_path.read_text()), run.config)
+    differing = config_lib.config_differences(json.loads(saved_path.read_text()), run.config)
     if differing:
       raise ValueError(f'{run.workdir} holds results of another config (fields {differing} '
                        'differ); delete it or use another --sweep_dir.')
@@ -149,7 +150,7 @@ def run_command(command: list, log_path: pathlib.Path) -> int:
   """Runs command with its output appended to log_path; returns its exit status. The run has a
   session of its own, and SIGINT or SIGTERM to the sweep is passed on to it once each (Ctrl-C
   reaches it once, not twice, which would stop it unsaved); a run stopped so stops the sweep
-  (train.StopRequested) after it has saved."""
+  (signals.StopRequested) after it has saved."""
   with log_path.open('a') as log:
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)
@@ -161,13 +162,13 @@ def run_command(command: list, log_path: pathlib.Path) -> int:
     for s, handler in previous.items():
       signal.signal(s, handler)
   if status in [128 + s for s in STOP_SIGNALS]:
-    raise train.StopRequested(signal.Signals(status - 128).name)
+    raise signals.StopRequested(signal.Signals(status - 128).name)
   return status
 
 
 def run_sequential(runs: list[Run]) -> list[tuple]:
   """One run_lra subprocess per run; returns (run, reason) of the failed ones. A run stopped by
-  a signal stops the sweep: train.Interrupted with that run's own line."""
+  a signal stops the sweep: signals.Interrupted with that run's own line."""
   failures = []
   for i, run in enumerate(runs, 1):
     run.workdir.mkdir(parents=True, exist_ok=True)
@@ -177,10 +178,10 @@ def run_sequential(runs: list[Run]) -> list[tuple]:
     start = time.time()
     try:
       status = run_command(command, run.log)
-    except train.StopRequested as e:
+    except signals.StopRequested as e:
       lines = run.log.read_text().strip().splitlines()
       said = lines[-1].partition('; resume with')[0] if lines else 'no line in its log'
-      raise train.Interrupted(e.signal_name, f'in run {run.name}',
+      raise signals.Interrupted(e.signal_name, f'in run {run.name}',
                               f'which said: "{said}"') from None
     if status:
       failures.append((run, f'exit status {status}'))
@@ -212,7 +213,7 @@ def run_vmapped(runs: list[Run]) -> list[tuple]:
 
 def stop_at_once(signum, frame):
   del frame
-  raise train.StopRequested(signal.Signals(signum).name)
+  raise signals.StopRequested(signal.Signals(signum).name)
 
 
 def write_learning_curves(runs: list[Run]) -> None:
@@ -249,7 +250,7 @@ def main(argv=None) -> int:
   parser.add_argument('--override', action='extend', nargs='+', default=[],
                       metavar='KEY=VALUE', help='config field overrides, e.g. num_train_steps=20')
   args = parser.parse_args(argv)
-  # Between runs a signal stops where the sweep is (train.StopRequested); restored at the end.
+  # Between runs a signal stops where the sweep is (signals.StopRequested); restored at the end.
   previous = {s: signal.signal(s, stop_at_once) for s in STOP_SIGNALS}
   try:
     return sweep(args, argv)
@@ -279,7 +280,7 @@ def sweep(args, argv) -> int:
     return 2
   except KeyboardInterrupt as e:  # SIGINT / SIGTERM: one line; the runs saved what they did.
     name = getattr(e, 'signal_name', 'SIGINT')
-    said = str(e) if isinstance(e, train.Interrupted) else f'{name}: stopped between runs'
+    said = str(e) if isinstance(e, signals.Interrupted) else f'{name}: stopped between runs'
     resume = shlex.join(['python', '-m', 'lra_luna.sweep', *sys.argv[1:]] if argv is None
                         else ['python', '-m', 'lra_luna.sweep', *argv])
     print(f'{said}; resume the sweep with: {resume}', file=sys.stderr)

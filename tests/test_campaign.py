@@ -486,7 +486,7 @@ def test_group_job_accumulates_where_one_seed_does_not_fit(tmp_path, monkeypatch
   assert '2 seeds, 0.50 GiB each (compiled estimate, 4 micro-batches), on a device of 1.0 GiB: ' \
       '1 per program.' in capsys.readouterr().out
   # A run folder written with one micro-batch is the same run (resumed, not refused).
-  assert run_folder.config_differences(json.loads(runs[0].config.to_json()), todo[0].config) == []
+  assert config_lib.config_differences(json.loads(runs[0].config.to_json()), todo[0].config) == []
 
 
 def test_vmapped_step_estimate_grows_with_the_seeds(tmp_path):

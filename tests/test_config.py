@@ -141,15 +141,15 @@ def test_a_config_json_written_before_new_fields_still_matches_its_run():
     del old[key]
   for key in ('classifier_bias', 'mean_includes_cls'):
     del old['model'][key]
-  assert run_folder.config_differences(old, config) == []
+  assert config_lib.config_differences(old, config) == []
   assert config_lib.saved_config(old).protocol == 'lra'
   config_lib.validate(config_lib.saved_config(old))
   old['model']['dim'] += 1
   old['learning_rate'] *= 2
-  assert run_folder.config_differences(old, config) == ['learning_rate', 'model.dim']
+  assert config_lib.config_differences(old, config) == ['learning_rate', 'model.dim']
   # A new field set away from its default is a difference, not a default.
   paper = config_lib.load_config(f'{config_lib.CONFIG_DIR}/listops.py:luna16,quick,paper')
-  assert 'protocol' in run_folder.config_differences(old, paper)
+  assert 'protocol' in config_lib.config_differences(old, paper)
 
 
 def test_an_unknown_word_ends_in_the_valid_words_said_plainly():

@@ -20,7 +20,7 @@ from flax import nnx
 from lra_luna import config_lib, spt
 from lra_luna.models import pretraining
 from lra_luna.models.objectives import Objective, losses, masking, token_loss_sums
-from lra_luna.training import checkpoints, run_folder, steps, train
+from lra_luna.training import checkpoints, fine_tuning, run_folder, steps, train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 import tiny  # noqa: E402  (the shared tiny run: tests/tiny.py)
@@ -230,6 +230,31 @@ PAPER_RATES = [('listops', 0.10), ('text', 0.15), ('retrieval', 0.15), ('image',
 
 
 @pytest.mark.parametrize('task,rate', PAPER_RATES)
+def test_the_papers_two_settings_are_the_documented_commands(task, rate):
+  """docs/spt.md: Table 1 = LRA's Transformer + SPT (masked, or causal with the mean head);
+  Table 2 = rotary positions, mean pooling, the pre-LN block, masked SPT at the paper's rate."""
+  from lra_luna.models.encoder import transformer  # pylint: disable=import-outside-toplevel
+  lra = config_lib.load_config(f'configs/{task}.py:transformer')
+  table1 = config_lib.load_config(f'configs/{task}.py:transformer,spt')
+  causal = config_lib.load_config(f'configs/{task}.py:transformer,spt', [
+      '--config.pretraining.objective=causal', '--config.model.head=mean'])
+  table2 = config_lib.load_config(f'configs/{task}.py:transformer,rotary,spt',
+                                  ['--config.model.head=mean'])
+  for config in (table1, causal, table2):
+    config_lib.validate(config)
+    assert config.pretraining.mask_rate == pytest.approx(rate)
+  assert table1.model.to_dict() == lra.model.to_dict()  # LRA's model, untouched
+  assert table1.pretraining.objective == 'masked' and causal.pretraining.objective == 'causal'
+  assert table2.model.positions == 'rotary' and table2.model.head == 'mean'
+  assert table2.pretraining.objective == 'masked'
+  assert transformer.TransformerBlock.final_norm(table2.model)  # the pre-LN stack
+  docs = (REPO / 'docs' / 'spt.md').read_text()
+  assert 'configs/listops.py:transformer,rotary,spt --config.model.head=mean' in docs
+  assert ('configs/listops.py:transformer,spt --config.pretraining.objective=causal '
+          '--config.model.head=mean') in docs
+
+
+@pytest.mark.parametrize('task,rate', PAPER_RATES)
 def test_spt_word_sets_the_papers_mask_rate_for_each_task(task, rate):
   config = config_lib.load_config(f'configs/{task}.py:transformer,spt')
   assert config.pretraining.mask_rate == pytest.approx(rate)
@@ -312,18 +337,66 @@ def test_pretrained_folder_without_a_finished_pretraining_is_refused(tmp_path):
                                                     '--config.model.head=mean']))
 
 
-@pytest.mark.parametrize('spec, overrides, field', [
-    ('configs/listops.py:transformer,quick,spt', (), 'model_name'),
-    ('configs/pathfinder.py:luna16,quick,spt', (), 'task'),
-    ('configs/listops.py:luna16,quick,spt', ('--config.model.dim=32',), 'model.dim'),
-    ('configs/listops.py:luna16,quick,spt', ('--config.append_eos=true',), 'append_eos'),
+@pytest.mark.parametrize('spec, overrides, field, fix', [
+    ('configs/listops.py:transformer,quick,spt', (), 'model_name',
+     'use --config configs/listops.py:transformer'),
+    ('configs/pathfinder.py:luna16,quick,spt', (), 'task',
+     'use --config configs/pathfinder.py:luna16'),
+    ('configs/listops.py:luna16,quick,spt', ('--config.model.dim=32',), 'model.dim',
+     'set --config.model.dim=32'),
+    ('configs/listops.py:luna16,quick,spt', ('--config.append_eos=true',), 'append_eos',
+     'set --config.append_eos=True'),
 ])
 def test_pretrained_folder_of_another_task_model_vocabulary_or_size_is_refused(
-    tmp_path, spec, overrides, field):
+    tmp_path, spec, overrides, field, fix):
   folder = fake_pretraining(tmp_path / 'other', spec, *overrides)
-  message = one_line_error('configs/listops.py:luna16,quick,spt',
-                           f'--config.pretrained={folder}')
-  assert 'pretrained another encoder' in message and f"'{field}'" in message
+  message = one_line_error('configs/listops.py:luna16,quick', f'--config.pretrained={folder}')
+  assert 'pretrained another encoder' in message and f'({field} ' in message
+  assert f'to fine-tune it {fix}, or' in message
+  assert 'objective' not in message  # the objective is the pretraining's own, never blamed
+  if fix.startswith('set'):  # the suggested override is the one that fine-tunes it
+    config_lib.validate(config_lib.load_config('configs/listops.py:luna16,quick', [
+        f'--config.pretrained={folder}', fix.split()[-1]]))
+
+
+@pytest.mark.parametrize('spec', ['configs/listops.py:luna16,quick',
+                                  'configs/listops.py:luna16,quick,spt'])
+def test_pretrained_takes_the_pretraining_s_own_objective_from_either_folder(tmp_path, spec):
+  """Without the word spt, and given the run folder or the pretraining/ folder that results.json
+  names, a run fine-tunes from the pretraining with its objective, rate and steps."""
+  folder = fake_pretraining(tmp_path / 'run', 'configs/listops.py:luna16,quick,spt',
+                            '--config.pretraining.num_train_steps=7')
+  for given in (folder, run_folder.pretraining_dir(folder)):
+    config = config_lib.load_config(spec, [f'--config.pretrained={given}'])
+    config_lib.validate(config)
+    assert config.pretraining.objective == 'masked'
+    assert config.pretraining.mask_rate == spt.PAPER_MASK_RATES['listops']
+    assert config.pretraining.num_train_steps == 7 and not config.pretraining.is_phase
+    assert spt.pretraining_folder(given) == run_folder.pretraining_dir(folder)
+    assert config_lib.model_label(config) == 'luna16+spt'
+
+
+def test_pretrained_with_another_objective_asked_is_refused(tmp_path):
+  folder = fake_pretraining(tmp_path / 'run', 'configs/listops.py:transformer,quick,spt',
+                            '--config.pretraining.objective=causal', '--config.model.head=mean')
+  message = one_line_error('configs/listops.py:transformer,quick,spt',
+                           f'--config.pretrained={folder}', '--config.model.head=mean')
+  assert "holds a 'causal' pretraining, but this run asks for 'masked'" in message
+  config = config_lib.load_config('configs/listops.py:transformer,quick',
+                                  [f'--config.pretrained={folder}', '--config.model.head=mean'])
+  config_lib.validate(config)
+  assert config.pretraining.objective == 'causal'
+
+
+def test_most_frequent_token_share_is_counted_over_real_tokens_only():
+  ids = np.array([[5, 5, 7, 9, 0, 0], [7, 7, 7, 9, 0, 0]])  # 9 is EOS, 0 padding
+  assert masking.most_frequent_token([ids], mask_padding=True, eos_id=9) == (7, 4 / 6)
+  # Pixels: 0 is a value, nothing is padding.
+  assert masking.most_frequent_token([ids], mask_padding=False) == (0, 4 / 12)
+  # Retrieval's two documents count together; a tie goes to the lowest id.
+  assert masking.most_frequent_token([np.array([[3, 3]]), np.array([[4, 4]])], True) == (3, 0.5)
+  with pytest.raises(ValueError, match='no predictable token'):
+    masking.most_frequent_token([np.zeros((2, 3), int)], mask_padding=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -374,6 +447,9 @@ def test_results_have_a_pretraining_section_on_training_inputs_only(reference_sp
   results, pretrained = read_results(reference_spt)
   section = results['pretraining']
   assert section['objective'] == 'masked' and section['steps'] == 20
+  # The reference point: the share of the most frequent real token of the held-in inputs.
+  assert section['majority_token'] == pretrained['majority_token']
+  assert 0 < section['majority_accuracy'] == pretrained['majority_accuracy'] < 1
   assert section['folder'] == str(run_folder.pretraining_dir(reference_spt))
   assert 0 <= section['accuracy'] <= 1 and section['loss'] > 0 and section['predicted_tokens'] > 0
   assert section['inputs'].startswith('training split only')
@@ -391,8 +467,9 @@ def test_fine_tuning_starts_from_exactly_the_pretrained_encoder_and_a_fresh_head
   data = datasets.load_task(config)
   tx = steps.make_optimizer(config)
   _, fresh, _ = steps.init_state(steps.model_config(config, data), 0, tx)
-  run = train.SeedRun(config, reference_spt, pretrained_from=reference_spt)
-  started = train.with_pretrained_encoders(config, data, [run], [fresh])[0]
+  run = train.SeedRun(config, reference_spt,
+                      pretrained_from=run_folder.pretraining_dir(reference_spt))
+  started = fine_tuning.with_pretrained_encoders(config, data, [run], [fresh])[0]
   phase = spt.phase_config(config)
   _, template, _ = steps.init_state(steps.model_config(phase, data), 0,
                                     steps.make_optimizer(phase),
@@ -462,10 +539,24 @@ def test_a_kill_in_fine_tuning_resumes_without_pretraining_again(data_dir, refer
   assert ours[1] == reference[1]
 
 
-def test_fine_tuning_from_another_runs_pretraining(data_dir, reference_spt, tmp_path):
+@pytest.mark.parametrize('spt_word', [True, False])
+def test_fine_tuning_from_another_runs_pretraining(data_dir, reference_spt, tmp_path, spt_word):
+  """With or without the word spt, from the run folder or the folder results.json names: the
+  same results as the run that pretrained, and the first lines name the pretraining."""
   workdir = tmp_path / 'shared'
-  subprocess.run(spt_command(data_dir, workdir, **{'pretrained': str(reference_spt)}),
-                 env=run_env(), check=True, capture_output=True)
+  given = reference_spt if spt_word else json.loads(
+      (reference_spt / 'results.json').read_text())['pretraining']['folder']
+  command = spt_command(data_dir, workdir, **{'pretrained': str(given)})
+  if not spt_word:
+    command[command.index('--config') + 1] = tiny.QUICK_LISTOPS
+    command = [arg for arg in command if 'pretraining.' not in arg]
+  proc = subprocess.run(command, env=run_env(), check=True, capture_output=True, text=True)
+  head = proc.stdout.splitlines()[:8]
+  folder = run_folder.pretraining_dir(reference_spt)
+  assert any(f'20 fine-tuning steps from the masked pretraining in {given}' in line
+             for line in head), head
+  assert any(line.startswith(f'fine-tuning from the pretraining in {folder}: masked at rate '
+                             f"{spt.PAPER_MASK_RATES['listops']}, 20 steps") for line in head), head
   results = json.loads((workdir / 'results.json').read_text())
   assert results['pretraining']['folder'] == str(run_folder.pretraining_dir(reference_spt))
   assert not run_folder.pretraining_dir(workdir).exists()  # nothing pretrained here
@@ -511,29 +602,56 @@ def test_direct_causal_convolution_equals_the_fft_one():
 # ----------------------------------------------------------------------------------------------
 # Report: from scratch and SPT side by side.
 # ----------------------------------------------------------------------------------------------
-def fake_result(folder, model, seed, accuracy, pretrained: bool):
+def fake_result(folder, model, seed, accuracy, pretrained: bool, token_accuracy=0.30,
+                pretraining_folder='shared'):
   results = {'task': 'listops', 'model': model, 'head': 'cls', 'seed': seed,
              'last': {'test_accuracy': accuracy}, 'best': {'test_accuracy': accuracy}}
   if pretrained:
-    results['pretraining'] = {'objective': 'masked', 'steps': 10}
+    results['pretraining'] = {'objective': 'masked', 'steps': 10, 'accuracy': token_accuracy,
+                              'majority_accuracy': 0.192, 'folder': pretraining_folder}
     run_folder.write_json_atomically(run_folder.pretraining_dir(folder) / 'results.json',
                                      {'phase': 'pretraining', 'steps': 10})
   run_folder.write_json_atomically(folder / 'results.json', results)
 
 
-def test_report_puts_scratch_and_spt_side_by_side(tmp_path):
+SCRATCH, SPT = [0.40, 0.42, 0.47], [0.50, 0.56, 0.52]
+
+
+def test_report_puts_scratch_spt_their_difference_and_the_pretraining_side_by_side(tmp_path):
+  from scipy import stats  # pylint: disable=import-outside-toplevel
   from lra_luna.report import command  # pylint: disable=import-outside-toplevel
-  for seed, (scratch, pretrained) in enumerate([(0.40, 0.50), (0.42, 0.56)]):
+  for seed, (scratch, pretrained) in enumerate(zip(SCRATCH, SPT)):
     fake_result(tmp_path / 'scratch' / f'seed{seed}', 'transformer', seed, scratch, False)
-    # A label written before the suffix existed gets it from the pretraining section.
-    fake_result(tmp_path / 'spt' / f'seed{seed}', 'transformer', seed, pretrained, True)
+    # A label written before the suffix existed gets it from the pretraining section. Seeds 0
+    # and 1 share one pretraining, seed 2 has its own: two pretrainings.
+    fake_result(tmp_path / 'spt' / f'seed{seed}', 'transformer', seed, pretrained, True,
+                token_accuracy=0.30 if seed < 2 else 0.40,
+                pretraining_folder='shared' if seed < 2 else 'own')
   paths = command.make_report(tmp_path)
   table = (tmp_path / 'report' / 'table_spt.md').read_text()
   assert tmp_path / 'report' / 'table_spt.md' in paths
-  rows = [line for line in table.splitlines() if line.startswith('| Transformer')]
-  assert rows[0].startswith('| Transformer | cls | ours | 41.00 ± 1.41 (2)'), rows
-  assert rows[1].startswith('| Transformer + SPT | cls | ours | 53.00 ± 4.24 (2)'), rows
-  assert 'not shown; no stored copy' in table
+  cells = {line.split(' | ')[0].lstrip('| '): line.split(' | ') for line in table.splitlines()
+           if line.startswith('| ')}
+  assert cells['Transformer'][3] == '43.00 ± 3.61 (3)'
+  assert cells['Transformer + SPT'][3] == '52.67 ± 3.06 (3)'
+  # The difference and its 95% interval by Welch's t, as scipy computes it.
+  welch = stats.ttest_ind(np.array(SPT) * 100, np.array(SCRATCH) * 100, equal_var=False)
+  low, high = welch.confidence_interval(0.95)
+  assert cells['Δ SPT - scratch'][3] == f'{52.67 - 43.00:+.2f} [{low:+.2f}, {high:+.2f}]'
+  # The pretraining's token accuracy over its two pretrainings, beside its reference point.
+  assert cells['pretraining: token accuracy'][3] == '35.00 ± 7.07 (2)'
+  assert cells['pretraining: always the most frequent token'][3] == '19.20 ± 0.00 (2)'
+  # The SPT paper's printed figures, each in its own column, never a task cell.
+  header = next(line for line in table.splitlines() if line.startswith('| Model'))
+  assert 'LRA avg. w/o PathX-256 (paper)' in header and 'PathX-256 (paper)' in header
+  paper = cells['Transformer + rotary + masked SPT']
+  assert paper[3] == '—' and paper[-2] == '86.20' and paper[-1] == '— |'
+  assert cells['S4 + SPT'][-1] == '87.00 |'
+  # Not repeated in Table 1, which says where they are; no empty Table 3 (no Luna run).
+  table1 = (tmp_path / 'report' / 'table1.md').read_text()
+  assert 'Transformer + SPT' not in table1.split('\n\n')[1]
+  assert 'Self-pretrained rows (transformer+spt) are in table_spt' in table1
+  assert not (tmp_path / 'report' / 'table3.md').exists()
 
 
 def test_report_without_spt_runs_writes_no_spt_table(tmp_path):
@@ -596,3 +714,24 @@ def test_evaluate_and_predict_read_an_spt_run_as_any_other(reference_spt):
       ['( ( [MAX 2 9 ) 4 ] )', '( [MIN 3 1 ] )'])
   assert probabilities.shape == (2, 10)
   np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_opening_line_counts_both_phases():
+  from lra_luna import run_size  # pylint: disable=import-outside-toplevel
+  config = config_lib.load_config('configs/listops.py:luna16,quick,spt')
+  assert (f'{config.pretraining.num_train_steps} masked pretraining + '
+          f'{config.num_train_steps} fine-tuning steps of batch') in run_size.opening_line(config)
+  plain = config_lib.load_config('configs/listops.py:luna16,quick')
+  assert f': {plain.num_train_steps} steps of batch' in run_size.opening_line(plain)
+
+
+def test_figure_says_an_spt_point_is_fine_tuning_speed(tmp_path):
+  from lra_luna import report  # pylint: disable=import-outside-toplevel
+  from lra_luna.report import figures  # pylint: disable=import-outside-toplevel
+  for model in ('transformer', 'transformer+spt'):
+    folder = tmp_path / model / 'seed0'
+    fake_result(folder, model, 0, 0.5, model.endswith('+spt'))
+    (folder / 'metrics.jsonl').write_text('{"step": 10, "steps_per_s": 3.0}\n')
+  results = report.load_results(tmp_path)
+  points = figures.figure_points(report.summarize(results, 'last'), results, None)
+  assert any('+spt points: the speed of their fine-tuning alone' in n for n in points['notes'])

@@ -177,7 +177,8 @@ def test_published_averages_match_their_rows():
   """Averages as printed equal the mean of their scores, except where a row's note says the
   paper misprinted it (Sinkhorn: 51.39 printed, its scores average 51.48)."""
   rows = registry.table1_rows() + published.TABLE3
-  luna_table1 = [r for r in registry.table1_rows() if r.table == 'Table 1']
+  luna_table1 = [r for r in registry.table1_rows() if r.table == 'Table 1'
+                 and r.paper in (published.LRA_PAPER, published.LUNA_PAPER)]
   assert len(luna_table1) == 15  # the Luna paper's Table 1 (other papers' rows may follow)
   for row in rows:
     values = list(row.accuracy.values())
@@ -191,6 +192,30 @@ def test_published_averages_match_their_rows():
     if row.average_no_retrieval is not None:
       rest = [v for t, v in row.accuracy.items() if t != 'retrieval']
       assert row.average_no_retrieval == pytest.approx(statistics.fmean(rest), abs=0.0101)
+
+
+def test_table1_shows_the_s5_and_lru_papers_rows(tmp_path):
+  """S5 (its Table 1) and LRU (its Table 3) beside our rows; LRU's coloured sCIFAR stays out of
+  the Image column, with a note. The numbers as the papers print them, written out here."""
+  for seed, accuracy in enumerate([0.55, 0.57]):
+    write_result(tmp_path, 'listops', 's5', 'mean', seed, accuracy)
+    write_result(tmp_path, 'listops', 'lru', 'mean', seed, accuracy)
+  rows = {r.label: r for r in report.table1(
+      report.summarize(report.load_results(tmp_path), 'last'), 'last').rows}
+  s5, lru = rows['S5'], rows['LRU']
+  assert s5.source == f'{published.S5_PAPER}, Table 1' and lru.source == (
+      f'{published.LRU_PAPER}, Table 3')
+  assert [s5.values[t].mean for t in ('listops', 'text', 'retrieval', 'image', 'pathfinder')] == [
+      62.15, 89.31, 91.40, 88.00, 95.33]
+  assert s5.values[report.AVG].mean == 87.46
+  assert [lru.values[t].mean for t in ('listops', 'text', 'retrieval', 'pathfinder')] == [
+      60.2, 89.4, 89.9, 95.1]
+  assert 'image' not in lru.values and report.AVG not in lru.values
+  md = report.as_table(report.table1(report.summarize(report.load_results(tmp_path), 'last'),
+                                     'last'), 'last')
+  lru_line = next(row for row in md.rows if row[0] == 'LRU')
+  assert lru_line[3 + 3] == '—'  # the Image cell
+  assert any('coloured CIFAR-10' in note for note in md.notes)
 
 
 GENERATED = {'source': 'generated', 'path': '/data/listops-generated',
@@ -283,9 +308,9 @@ def test_a_rerun_may_differ_in_its_preset_alone(tmp_path):
   config = config_lib.load_config(QUICK)
   saved = json.loads(config.to_json())
   saved.pop('preset')  # a config.json from before the run record
-  assert run_folder.config_differences(saved, config) == []
+  assert config_lib.config_differences(saved, config) == []
   saved['eval_every'] = 7
-  assert run_folder.config_differences(saved, config) == ['eval_every']
+  assert config_lib.config_differences(saved, config) == ['eval_every']
 
 
 def report_lines(path, start):

@@ -141,7 +141,7 @@ def clear_stale_runs(groups: dict) -> None:
   for runs in groups.values():
     for run in runs:
       saved = run.workdir / run_folder.CONFIG_FILE
-      if saved.exists() and run_folder.config_differences(json.loads(saved.read_text()),
+      if saved.exists() and config_lib.config_differences(json.loads(saved.read_text()),
                                                           run.config):
         print(f'{run.name}: its config changed; starting it anew.', flush=True)
         shutil.rmtree(run.workdir)

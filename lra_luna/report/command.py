@@ -42,12 +42,15 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None)
   data = sources.data_sources(results)
   note = sources.campaign_note(sweep_dir, data)
   paths = []
-  for build, task_names in ((accuracy_tables.table1, runs.TASK_NAMES),
-                            (accuracy_tables.table3, published.CLS_VS_P_TASKS),
-                            (accuracy_tables.positions_table, runs.TASK_NAMES),
-                            (accuracy_tables.table_spt, runs.TASK_NAMES)):
-    table = build(summary, checkpoint, runs.run_records(results, task_names))
-    if table is None:  # no run with rotary positions, or none self-pretrained
+  records = runs.run_records(results, runs.TASK_NAMES)
+  built = [accuracy_tables.table1(summary, checkpoint, records),
+           accuracy_tables.table3(summary, checkpoint,
+                                  runs.run_records(results, published.CLS_VS_P_TASKS)),
+           accuracy_tables.positions_table(summary, checkpoint, records),
+           accuracy_tables.table_spt(summary, checkpoint, records,
+                                     runs.pretraining_summary(results))]
+  for table in built:
+    if table is None:  # no row of its kind: no run from scratch, with a P, rotary or SPT
       continue
     table.notes.insert(0, sources.data_note(data, [key for key, _ in table.columns]))
     paths += tables.write(accuracy_tables.as_table(table, checkpoint, note), out_dir)

@@ -7,6 +7,7 @@ import statistics
 import sys
 import textwrap
 
+from lra_luna import config_lib
 from lra_luna import published
 from lra_luna.report.runs import TASK_NAMES, average, describe_training, is_shortened, row_order
 from lra_luna.training import run_folder
@@ -113,6 +114,9 @@ def figure_points(summary: dict, results: list[dict], profile) -> dict:
   left_out = sorted(set(accuracy) - set(points), key=row_order)
   if left_out:
     print(f'Figure 1 leaves out (no speed measured): {left_out}', file=sys.stderr)
+  if any(model.endswith(config_lib.SPT_SUFFIX) for model, _ in points):
+    notes.append(f'x of the {config_lib.SPT_SUFFIX} points: the speed of their fine-tuning '
+                 'alone (their pretraining steps are not counted)')
   plotted = [(r['task'], r.get('run')) for r in results if (r['model'], r['head']) in points
              and (y_task is None or r['task'] == y_task)]
   if any(is_shortened(run) for _, run in plotted):

@@ -64,10 +64,12 @@ def accuracy_of(result: dict, checkpoint: str) -> float:
 @dataclasses.dataclass(frozen=True)
 class Cell:
   """A test accuracy (percent): a mean over n seeds and their sample std (None for one seed, a
-  published number or an average over tasks)."""
+  published number or an average over tasks); a difference of two means carries its 95%
+  interval (low, high) instead (welch_difference)."""
   mean: float
   std: float | None = None
   n: int | None = None
+  interval: tuple | None = None
 
 
 def seed_statistics(accuracies: list[float]) -> Cell:
@@ -84,6 +86,44 @@ def summarize(results: list[dict], checkpoint: str) -> dict:
         accuracy_of(r, checkpoint))
   return {key: {task: seed_statistics(accs) for task, accs in by_task.items()}
           for key, by_task in grouped.items()}
+
+
+def welch_difference(first: Cell, second: Cell) -> Cell:
+  """second - first, the difference of two seed means, with its 95% confidence interval by
+  Welch's t (unequal variances): d +- t_{0.975, nu} sqrt(s1^2/n1 + s2^2/n2), nu the
+  Welch-Satterthwaite degrees of freedom; no interval unless both have two seeds or more."""
+  difference = second.mean - first.mean
+  if not (first.n and second.n and first.n > 1 and second.n > 1):
+    return Cell(difference)
+  from scipy import stats  # pylint: disable=import-outside-toplevel  (the report alone needs it)
+  a, b = first.std ** 2 / first.n, second.std ** 2 / second.n
+  if a + b == 0:
+    return Cell(difference, interval=(difference, difference))
+  nu = (a + b) ** 2 / (a ** 2 / (first.n - 1) + b ** 2 / (second.n - 1))
+  half = stats.t.ppf(0.975, nu) * (a + b) ** 0.5
+  return Cell(difference, interval=(difference - half, difference + half))
+
+
+def pretraining_summary(results: list[dict]) -> dict:
+  """{(model, head): {task: (token accuracy, most-frequent-token accuracy)}} of the
+  self-pretrained runs (results.json 'pretraining'), each a Cell in percent over their distinct
+  pretrainings (seeds that share one count once); the second None where not recorded."""
+  grouped = {}
+  for r in results:
+    section = r.get('pretraining') or {}
+    if section.get('accuracy') is None:
+      continue
+    by_folder = grouped.setdefault((r['model'], r['head']), {}).setdefault(r['task'], {})
+    by_folder[section.get('folder') or str(r['workdir'])] = section
+  summary = {}
+  for key, by_task in grouped.items():
+    for task, sections in by_task.items():
+      token = [100 * s['accuracy'] for s in sections.values()]
+      majority = [100 * s['majority_accuracy'] for s in sections.values()
+                  if s.get('majority_accuracy') is not None]
+      summary.setdefault(key, {})[task] = (seed_statistics(token),
+                                           seed_statistics(majority) if majority else None)
+  return summary
 
 
 def average(cells: dict, task_names) -> Cell | None:

@@ -8,7 +8,8 @@ from lra_luna import published
 from lra_luna import registry
 from lra_luna import tables
 from lra_luna.report.runs import (AVG, AVG_NO_RETRIEVAL, CHECKPOINTS, MISSING, TASK_NAMES, Cell,
-                                  average, describe_training, is_shortened, row_order)
+                                  average, describe_training, is_shortened, row_order,
+                                  welch_difference)
 
 
 @dataclasses.dataclass
@@ -58,8 +59,14 @@ def training_title(rows: list[Row]) -> str:
   return text
 
 
-def table1(summary: dict, checkpoint: str, training: dict | None = None) -> AccuracyTable:
-  """Table 1: every (model, head) on every task, their averages, the papers' rows beside."""
+def table1(summary: dict, checkpoint: str, training: dict | None = None) -> AccuracyTable | None:
+  """Table 1: every (model, head) trained from scratch on every task, their averages, the papers'
+  rows beside; self-pretrained rows are in table_spt only (a note says so). None without a
+  row of ours."""
+  pretrained = sorted(key for key in summary if key[0].endswith(config_lib.SPT_SUFFIX))
+  summary = {key: cells for key, cells in summary.items() if key not in pretrained}
+  if not summary:
+    return None
   task_names = list(published.TASKS)
   if any('pathx' in cells for cells in summary.values()):
     task_names.append('pathx')  # Shown when run; not in the averages, as in the papers.
@@ -76,13 +83,17 @@ def table1(summary: dict, checkpoint: str, training: dict | None = None) -> Accu
              for p in published.matching(registry.table1_rows(), model, head)]
   notes = [f'{r.label} ({r.paper}): {r.note}' for r in registry.table1_rows()
            if r.note and any(row.label == r.label for row in rows)]
+  if pretrained:
+    notes.append(f'Self-pretrained rows ({", ".join(m for m, _ in dict.fromkeys(pretrained))}) '
+                 'are in table_spt, beside the same models from scratch.')
   title = (f'Table 1: LRA test accuracy (%), {CHECKPOINTS[checkpoint]}; ours: mean ± sample std '
            'over seeds (n seeds); averages over tasks of the task means.')
   return AccuracyTable('table1', title + training_title(rows), columns, rows, notes)
 
 
-def table3(summary: dict, checkpoint: str, training: dict | None = None) -> AccuracyTable:
-  """Table 3: [CLS] vs mean-pooled P of the models with a P, only the heads that ran."""
+def table3(summary: dict, checkpoint: str, training: dict | None = None) -> AccuracyTable | None:
+  """Table 3: [CLS] vs mean-pooled P of the models with a P, only the heads that ran; None when
+  no such model ran."""
   task_names = published.CLS_VS_P_TASKS
   columns = [(t, TASK_NAMES[t]) for t in task_names] + [(AVG, 'Avg.')]
   ran = {(model, head): {t: c for t, c in cells.items() if t in task_names}
@@ -98,6 +109,8 @@ def table3(summary: dict, checkpoint: str, training: dict | None = None) -> Accu
       rows.append(Row(model, head, 'ours', {**cells, AVG: average(cells, task_names)}, group,
                       (training or {}).get((model, head), [])))
     rows += [published_row(p, group, columns) for p in published.TABLE3 if p.model == model]
+  if not models:
+    return None
   title = (f'Table 3: [CLS] (cls) vs mean-pooled P (mean_p), test accuracy (%), '
            f'{CHECKPOINTS[checkpoint]}; ours: mean ± sample std over seeds (n seeds).')
   return AccuracyTable('table3', title + training_title(rows), columns, rows)
@@ -130,15 +143,14 @@ def positions_table(summary: dict, checkpoint: str,
            f'test accuracy (%), {CHECKPOINTS[checkpoint]}; mean ± sample std over seeds (n '
            'seeds); Δ: the difference of the means.')
   return AccuracyTable('positions', title + training_title(rows[:-1]), columns, rows)
-# Where the published SPT rows would come from, and why there are none (docs/spt.md).
-PUBLISHED_SPT_NOTE = ('Published SPT rows (Amos, Berant, Gupta, ICLR 2024, arXiv 2310.02980): not '
-                      'shown; no stored copy of the paper with its results tables was found '
-                      '(docs/spt.md).')
-
-
-def table_spt(summary: dict, checkpoint: str, training: dict | None = None) -> AccuracyTable:
+def table_spt(summary: dict, checkpoint: str, training: dict | None = None,
+              pretraining: dict | None = None) -> AccuracyTable | None:
   """Table SPT: each model and head trained from scratch beside the same self-pretrained
-  (`<model>+spt`: spt.py, Amos et al. 2024 §3), on every task either ran; None without SPT."""
+  (`<model>+spt`: spt.py, Amos et al. 2024 §3) on every task either ran, then per group: the
+  difference SPT - scratch of their means with its 95% Welch interval (runs.welch_difference),
+  the pretraining's token accuracy and that of always predicting the most frequent token
+  (runs.pretraining_summary); last, the figures the SPT paper's text prints
+  (published.SPT_FIGURES), each in its own column. None without self-pretrained runs."""
   suffix = config_lib.SPT_SUFFIX
   pairs = sorted({(model.removesuffix(suffix), head) for model, head in summary
                   if model.endswith(suffix)}, key=row_order)
@@ -146,7 +158,8 @@ def table_spt(summary: dict, checkpoint: str, training: dict | None = None) -> A
     return None
   ran = {task for key in summary for task in summary[key]}
   task_names = [t for t in TASK_NAMES if t in ran]
-  columns = [(t, TASK_NAMES[t]) for t in task_names] + [(AVG, 'Avg.')]
+  columns = ([(t, TASK_NAMES[t]) for t in task_names] + [(AVG, 'Avg.')]
+             + list(published.SPT_COLUMNS.items()))
   rows = []
   for group, (model, head) in enumerate(pairs):
     for label in (model, model + suffix):
@@ -154,17 +167,49 @@ def table_spt(summary: dict, checkpoint: str, training: dict | None = None) -> A
         cells = summary[(label, head)]
         rows.append(Row(label, head, 'ours', {**cells, AVG: average(cells, task_names)}, group,
                         (training or {}).get((label, head), [])))
+    scratch, spt_cells = summary.get((model, head), {}), summary[(model + suffix, head)]
+    both = [t for t in task_names if t in scratch and t in spt_cells]
+    if both:
+      difference = {t: welch_difference(scratch[t], spt_cells[t]) for t in both}
+      rows.append(Row(DIFFERENCE_LABEL, head, 'ours',
+                      {**difference, AVG: average(difference, task_names)}, group))
+    pretrained = (pretraining or {}).get((model + suffix, head), {})
+    if pretrained:
+      rows.append(Row(TOKEN_ACCURACY_LABEL, head, 'ours',
+                      {t: token for t, (token, _) in pretrained.items()}, group))
+      rows.append(Row(MAJORITY_LABEL, head, 'ours',
+                      {t: majority for t, (_, majority) in pretrained.items() if majority},
+                      group))
+  rows += [Row(f.label, '', f'{f.paper}, {f.where}', {f.column: Cell(f.value)}, len(pairs))
+           for f in published.SPT_FIGURES]
   title = (f'Table SPT: test accuracy (%) from scratch (<model>) and after self-pretraining '
            f'on the training inputs (<model>{suffix}), {CHECKPOINTS[checkpoint]}; ours: mean ± '
-           'sample std over seeds (n seeds).')
-  return AccuracyTable('table_spt', title + training_title(rows), columns, rows,
-                       [PUBLISHED_SPT_NOTE])
+           'sample std over seeds (n seeds); Avg. over the tasks shown.')
+  notes = [f'{DIFFERENCE_LABEL}: the difference of the means with its 95% confidence interval '
+           "(Welch's t, unequal variances); an interval that holds 0: not distinguishable.",
+           f'{TOKEN_ACCURACY_LABEL}: the pretraining\'s accuracy on the tokens it predicts '
+           '(masked or next) of held-in training inputs, over its distinct pretrainings (seeds '
+           f'sharing one count once); {MAJORITY_LABEL}: the accuracy of always predicting the '
+           'most frequent of those tokens, its reference point.',
+           f'{published.SPT_PAPER}: the figures its text prints, each in its own column (LRA\'s '
+           'average over six tasks; Path-X at 256 x 256); its tables\' per-task cells are not '
+           'reproduced.']
+  ours = [r for r in rows if r.training is not None]
+  return AccuracyTable('table_spt', title + training_title(ours), columns, rows, notes)
+
+
+DIFFERENCE_LABEL = 'Δ SPT - scratch'
+TOKEN_ACCURACY_LABEL = 'pretraining: token accuracy'
+MAJORITY_LABEL = 'pretraining: always the most frequent token'
 
 
 def format_cell(cell: Cell | None) -> str:
   """'38.00 ± 2.00 (3)': mean ± sample std (n seeds); MISSING where there is no number."""
   if cell is None:
     return MISSING
+  if cell.interval is not None:  # a difference of means: signed, with its 95% interval
+    low, high = cell.interval
+    return f'{cell.mean:+.2f} [{low:+.2f}, {high:+.2f}]'
   text = f'{cell.mean:.2f}'
   if cell.std is not None:
     text += f' ± {cell.std:.2f}'
@@ -200,9 +245,12 @@ def training_csv_cells(row: Row) -> list[str]:
 
 def csv_rows(table: AccuracyTable, checkpoint: str) -> tuple[list, list]:
   """(header, rows) of the CSV: raw means, stds and n per column, and how ours trained."""
+  intervals = any(cell is not None and cell.interval is not None
+                  for row in table.rows for cell in row.values.values())
   header = ['model', 'head', 'source', 'checkpoint']
   for key, _ in table.columns:
     header += [f'{key}_mean', f'{key}_std', f'{key}_n']
+    header += [f'{key}_ci95_low', f'{key}_ci95_high'] if intervals else []
   header += ['training', *TRAINING_FIELDS]
   rows = []
   for row in table.rows:
@@ -212,6 +260,9 @@ def csv_rows(table: AccuracyTable, checkpoint: str) -> tuple[list, list]:
       line += ['', '', ''] if cell is None else [
           f'{cell.mean:.4f}', '' if cell.std is None else f'{cell.std:.4f}',
           '' if cell.n is None else str(cell.n)]
+      if intervals:
+        line += (['', ''] if cell is None or cell.interval is None
+                 else [f'{bound:.4f}' for bound in cell.interval])
     rows.append(line + [training_cell(row), *training_csv_cells(row)])
   return header, rows
 

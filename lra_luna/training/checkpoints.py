@@ -9,9 +9,12 @@ killed at any point resumes from the last complete checkpoint.
 
 import pathlib
 
+import jax
 import orbax.checkpoint as ocp
+from jax.sharding import NamedSharding, PartitionSpec
 
 from lra_luna.training import run_folder
+from lra_luna.training import steps
 
 
 def _manager(directory: pathlib.Path, item_names):
@@ -71,3 +74,31 @@ class Checkpoints:
   def close(self) -> None:
     self.latest.close()
     self.best.close()
+
+
+# The checkpoints of every seed of a (multi-seed) run (train.SeedRun: its checkpoints, data
+# order and best so far), stacked along the seed axis as the loop trains them.
+def restore_latest_of(runs, states, mesh):
+  """(stacked state replicated over the mesh, start step) from each seed's latest checkpoint:
+  parameters, optimizer, step, data order and best so far; the fresh states where none."""
+  restored = [run.checkpoints.restore_latest(state, run.train_iter)
+              for run, state in zip(runs, states)]
+  for run, (state, info) in zip(runs, restored):
+    run.best = info.get('best', run.best)
+    run.validation_pending = info.get('validation_pending') == int(state['step'])
+  start_steps = {int(state['step']) for state, _ in restored}
+  if len(start_steps) > 1:
+    raise run_folder.TrainingError(
+        f'The workdirs {[str(run.workdir) for run in runs]} hold checkpoints of different '
+        f'steps {sorted(start_steps)}; resume them one seed at a time.')
+  stacked = steps.stack_trees([state for state, _ in restored])
+  return jax.device_put(stacked, NamedSharding(mesh, PartitionSpec())), start_steps.pop()
+
+
+def save_latest_of(runs, state, step: int, validation_pending: bool = False) -> None:
+  """Every seed's latest checkpoint at `step`; validation_pending: saved before that step's
+  validation finished, which a resumed run then runs first."""
+  info = {'validation_pending': step} if validation_pending else {}
+  for i, run in enumerate(runs):
+    run.checkpoints.save_latest(step, steps.unstack_tree(state, i), run.train_iter,
+                                {'best': run.best, **info})

@@ -1,7 +1,7 @@
 """The layout of a run folder (`--workdir`), in one place: what each file is called, where the
 checkpoints go, how a folder is checked and started, and the error a run stops with.
 
-  <workdir>/config.json                 the run's config (check_workdir compares a rerun's to it)
+  <workdir>/config.json                 the run's config (a rerun's is compared to it)
   <workdir>/metrics.jsonl, tb/          training and validation scalars (training/metrics.py)
   <workdir>/checkpoints/latest/<step>/  the latest checkpoint, for resuming (checkpoints.py)
   <workdir>/checkpoints/best/<step>/    the best checkpoint on validation
@@ -10,7 +10,8 @@ checkpoints go, how a folder is checked and started, and the error a run stops w
                                         a run folder of its own (config, checkpoints, metrics,
                                         results.json of the pretraining)
 
-No JAX here: `report` reads run folders with this module alone.
+No JAX here, and nothing of lra_luna: `report` reads run folders with this module alone, and
+config_lib and spt build on it.
 """
 
 import json
@@ -75,34 +76,6 @@ def read_jsonl(path) -> list[dict]:
   if not path.exists():
     return []
   return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def config_differences(saved: dict, config) -> list[str]:
-  """The fields in which a run folder's config.json (`saved`) differs from `config`; a field that
-  config.json predates counts as its default (config_lib.saved_config); where the config came
-  from (config_lib.BOOKKEEPING_FIELDS: its preset) and how a step is computed
-  (config_lib.SAME_UPDATE_FIELDS: its micro-batches) do not count."""
-  from lra_luna import config_lib  # pylint: disable=g-import-not-at-top  (no JAX either)
-  saved = config_lib.flatten(json.loads(config_lib.saved_config(saved).to_json()))
-  wanted = config_lib.flatten(json.loads(config.to_json()))
-  return sorted(k for k in set(saved) | set(wanted)
-                if saved.get(k) != wanted.get(k)
-                and k not in (*config_lib.BOOKKEEPING_FIELDS, *config_lib.SAME_UPDATE_FIELDS))
-
-
-def check_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:
-  """Refuses a workdir that holds a run with another config, unless `overwrite`; writes nothing."""
-  if workdir.exists() and not workdir.is_dir():
-    raise TrainingError(f'--workdir {workdir} is a file, not a folder; choose a folder for the '
-                        'run (checkpoints, metrics, results.json).')
-  config_path = workdir / CONFIG_FILE
-  if config_path.exists() and not overwrite:
-    differing = config_differences(json.loads(config_path.read_text()), config)
-    if differing:
-      raise TrainingError(
-          f'{workdir} holds a run with a different config (fields {differing} differ). Use '
-          'another --workdir, or pass '
-          '--overwrite to delete that run and start anew.')
 
 
 def start_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:

@@ -4,6 +4,7 @@
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def predictable(ids, mask_padding: bool, eos_id: int = -1) -> jax.Array:
@@ -26,3 +27,18 @@ def evaluation_key(ids) -> jax.Array:
   """The mask key of an evaluation batch: drawn from the batch's own tokens, so that a pass is
   the same at every evaluation and batches get different masks."""
   return jax.random.fold_in(jax.random.key(0), jnp.sum(ids, dtype=jnp.uint32))
+
+
+def most_frequent_token(sequences, mask_padding: bool, eos_id: int = -1) -> tuple[int, float]:
+  """(the most frequent token, its share) among the predictable tokens (`predictable`) of the
+  int arrays `sequences`: the expected accuracy of always predicting that one token where the
+  masked objective masks (every predictable token is masked with the same probability), the
+  reference point of a pretraining's token accuracy. The lowest id wins a tie."""
+  tokens = np.concatenate([np.asarray(ids)[np.asarray(predictable(np.asarray(ids), mask_padding,
+                                                                    eos_id))].ravel()
+                           for ids in sequences])
+  if tokens.size == 0:
+    raise ValueError('most_frequent_token: no predictable token in the inputs (all padding or '
+                     'EOS); check the task data.')
+  counts = np.bincount(tokens.astype(np.int64))
+  return int(np.argmax(counts)), float(counts.max() / tokens.size)
