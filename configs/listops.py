@@ -87,12 +87,12 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
     c.max_length = 600
     c.batch_size = 32
     c.eval_batch_size = 100
-    c.num_train_steps = 1500
-    c.warmup_steps = 150
+    c.num_train_steps = 400
+    c.warmup_steps = 40
     c.learning_rate = 2e-3
     c.weight_decay = 0.0
-    c.eval_every = c.checkpoint_every = 500
-    c.log_every = 100
+    c.eval_every = c.checkpoint_every = 100
+    c.log_every = 50
     m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 64, 4, 2, 128, 128
     m.dropout = m.attention_dropout = 0.0
   if arg.fp16:

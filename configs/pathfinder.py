@@ -93,12 +93,12 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
     c.pathfinder.images_per_batch = 1000
     c.batch_size = 32
     c.eval_batch_size = 100
-    c.num_train_steps = 1500
-    c.warmup_steps = 150
+    c.num_train_steps = 400
+    c.warmup_steps = 40
     c.learning_rate = 2e-3
-    c.eval_every = c.checkpoint_every = 500
-    c.log_every = 100
-    m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 64, 4, 2, 128, 128
+    c.eval_every = c.checkpoint_every = 200
+    c.log_every = 50
+    m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 32, 2, 2, 64, 64
     m.dropout = m.attention_dropout = 0.0
   if arg.fp16:
     m.dtype = 'float16'            # steps.py turns dynamic loss scaling on for float16
