@@ -92,6 +92,9 @@ def parse_arg(arg: str | None, **defaults) -> types.SimpleNamespace:
                        f'a model ({", ".join(MODELS)}), {", ".join(flag_words)}, or key=value '
                        f'for {", ".join(values)}.')
     values[key] = _word_value(key, value, values[key], arg)
+  if values.get('quick') and values.get('mid'):
+    raise ValueError(f'quick and mid in config argument {arg!r} are two sizes; give one of '
+                     'them (smoke < quick < mid < the full size).')
   if values['model'] not in MODELS:
     raise ValueError(f'Unknown model {values["model"]!r} in config argument {arg!r}; valid '
                      f'choices: {sorted(MODELS)}.')
