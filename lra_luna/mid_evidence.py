@@ -119,16 +119,18 @@ def figure(groups: dict, path: pathlib.Path) -> None:
   fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
   for ax, task in zip(axes[0], tasks):
     models = sorted(m for t, m in groups if t == task)
+    marked = False
     for x, model in enumerate(models):
       values = list(groups[(task, model)].values())
       std = statistics.stdev(values) if len(values) > 1 else 0.0
       ax.errorbar(x, statistics.fmean(values), yerr=std, fmt='o', color='C0', capsize=4,
-                  label='mid, mean ± std over seeds' if x == 0 else None)
-      pub = published(registry.base_name(model), task) if not model.endswith(
-          registry.SPT_SUFFIX) and model == registry.base_name(model) else None
+                  label='mid: mean ± std over seeds' if x == 0 else None)
+      # The published value of the same model from scratch (none for SPT or rotary runs).
+      pub = published(model, task) if model == registry.base_name(model) else None
       if pub is not None:
         ax.plot(x, pub, marker='x', color='C3', markersize=9, linestyle='none',
-                label='published, full size' if not ax.get_legend_handles_labels()[1][1:] else None)
+                label=None if marked else 'published, full size')
+        marked = True
     ax.set_xticks(range(len(models)), [registry.label(m) for m in models], rotation=30,
                   ha='right')
     ax.set_title(f'{task} (mid)')

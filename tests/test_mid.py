@@ -127,3 +127,49 @@ def test_the_mid_campaign_plans_spt_and_rotary_groups_with_their_words(tmp_path)
     if model.endswith('+spt'):
       assert config.pretraining.mask_rate == {'listops': 0.10, 'pathfinder': 0.50}[task]
     assert (config.model.positions == 'rotary') == (model == 'transformer+rotary')
+
+
+def test_welch_interval_matches_scipys_and_the_verdicts():
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  from lra_luna import mid_evidence
+  a, b = [1, 2, 3, 4, 5.5], [0, 0.5, 1, 2, 1.2]
+  diff, low, high = mid_evidence.welch(a, b)
+  expected = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+  assert diff == pytest.approx(np.mean(a) - np.mean(b))
+  assert (low, high) == pytest.approx((expected.low, expected.high))
+  assert mid_evidence.verdict(0.5, 2.0) == 'reproduces'
+  assert mid_evidence.verdict(-2.0, -0.5) == 'reversed'
+  assert mid_evidence.verdict(-0.5, 2.0) == 'not distinguishable'
+  assert mid_evidence.verdict(-1.0, 2.0, within=3.0) == 'reproduces'
+  assert mid_evidence.verdict(3.5, 6.0, within=3.0) == 'reversed'
+  assert mid_evidence.verdict(1.0, 6.0, within=3.0) == 'not distinguishable'
+
+
+def _result(folder, task, model, seed, accuracy):
+  import json  # pylint: disable=import-outside-toplevel
+  run = folder / task / model / 'cls' / f'seed{seed}'
+  run.mkdir(parents=True)
+  (run / 'results.json').write_text(json.dumps(
+      {'task': task, 'model': model, 'head': 'cls', 'seed': seed,
+       'best': {'test_accuracy': accuracy}, 'last': {'test_accuracy': accuracy}}))
+
+
+def test_mid_evidence_tables_and_figure(tmp_path, capsys):
+  from lra_luna import mid_evidence
+  for seed, (s4d, transformer) in enumerate([(0.40, 0.30), (0.42, 0.31), (0.41, 0.29)]):
+    _result(tmp_path, 'listops', 's4d', seed, s4d)
+    _result(tmp_path, 'listops', 'transformer', seed, transformer)
+  _result(tmp_path, 'listops', 'luna16', 0, 0.3)  # one seed: in the table, in no ordering
+  assert mid_evidence.main([str(tmp_path), '--figure', str(tmp_path / 'mid.png')]) == 0
+  out = capsys.readouterr().out
+  assert '| listops | S4D | 40.00, 42.00, 41.00 | 41.00 ± 1.00 (n = 3) | 60.47 |' in out
+  assert '| listops | S4D > Transformer | +11.00 [' in out and '| reproduces |' in out
+  assert 'Luna-16 within' not in out
+  assert (tmp_path / 'mid.png').stat().st_size > 0
+
+
+def test_mid_evidence_refuses_a_folder_without_runs_in_one_line(tmp_path):
+  from lra_luna import mid_evidence
+  with pytest.raises(SystemExit, match='holds no finished run') as error:
+    mid_evidence.main([str(tmp_path)])
+  assert '\n' not in str(error.value)
