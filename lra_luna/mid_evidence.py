@@ -140,12 +140,46 @@ def figure(groups: dict, path: pathlib.Path) -> None:
   fig.savefig(path, dpi=120)
 
 
+def first_token_baseline(folder) -> tuple[float, float]:
+  """(the test split's majority-class rate, as the probe's, and the best guess from the first
+  token alone), test accuracy in percent, of a
+  ListOps set (basic_train.tsv / basic_test.tsv in `folder`): the outermost operator's most
+  frequent value in training, predicted for every test expression with that operator. What a
+  model gets from a window of one token at the start."""
+  from lra_luna.datasets import listops  # pylint: disable=import-outside-toplevel
+  def rows(name):
+    lines = (pathlib.Path(folder) / name).read_text(encoding='utf-8').splitlines()[1:]
+    return [(next(t for t in e.split() if t not in listops.PARENTHESES), v)
+            for e, v in (line.split('\t') for line in lines)]
+  train, test = rows(listops.SPLIT_FILES['train']), rows(listops.SPLIT_FILES['test'])
+  by_operator = {}
+  for operator, value in train:
+    counts = by_operator.setdefault(operator, {})
+    counts[value] = counts.get(value, 0) + 1
+  guess = {op: max(counts, key=counts.get) for op, counts in by_operator.items()}
+  overall = {}
+  for _, value in test:
+    overall[value] = overall.get(value, 0) + 1
+  return (100 * max(overall.values()) / len(test),
+          100 * sum(guess.get(op) == v for op, v in test) / len(test))
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('folder')
   parser.add_argument('--checkpoint', choices=tuple(runs_lib.CHECKPOINTS), default='best')
   parser.add_argument('--figure', default='', help='write the figure here (.png)')
+  parser.add_argument('--listops_data', default='',
+                      help='also print the majority class and the first-token baseline of the '
+                      'ListOps set in this folder (e.g. data/store/listops-mid)')
   args = parser.parse_args(argv)
+  if args.listops_data:
+    try:
+      majority, first = first_token_baseline(args.listops_data)
+    except OSError as e:
+      sys.exit(f'error: --listops_data {args.listops_data}: {e.strerror}: {e.filename}')
+    print(f'ListOps test set {args.listops_data}: majority class {majority:.1f}%, the first '
+          f'token (the outermost operator) alone {first:.1f}%.')
   try:
     results = runs_lib.load_results(args.folder)
   except (FileNotFoundError, ValueError) as e:

@@ -173,3 +173,17 @@ def test_mid_evidence_refuses_a_folder_without_runs_in_one_line(tmp_path):
   with pytest.raises(SystemExit, match='holds no finished run') as error:
     mid_evidence.main([str(tmp_path)])
   assert '\n' not in str(error.value)
+
+
+def test_first_token_baseline_predicts_each_operators_most_frequent_value(tmp_path):
+  from lra_luna import mid_evidence
+  header = 'Source\tTarget\n'
+  train = ['( ( [MAX 9 ) 3 ] )\t9', '( ( [MAX 9 ) 1 ] )\t9', '( ( [MIN 0 ) 4 ] )\t0',
+           '( ( [MIN 2 ) 4 ] )\t2', '( ( [MIN 2 ) 3 ] )\t2']
+  test = ['( ( [MAX 8 ) 9 ] )\t9', '( ( [MIN 5 ) 2 ] )\t2', '( ( [MIN 1 ) 4 ] )\t1',
+          '( ( [MAX 1 ) 7 ] )\t7', '( ( [SM 1 ) 1 ] )\t2']
+  (tmp_path / 'basic_train.tsv').write_text(header + '\n'.join(train) + '\n')
+  (tmp_path / 'basic_test.tsv').write_text(header + '\n'.join(test) + '\n')
+  majority, first = mid_evidence.first_token_baseline(tmp_path)
+  assert majority == pytest.approx(40.0)  # the most frequent test value (9 or 2): 2 of 5
+  assert first == pytest.approx(40.0)     # MAX -> 9 right once, MIN -> 2 right once, SM unseen
