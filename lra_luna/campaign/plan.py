@@ -47,9 +47,9 @@ def skipped_heads(spec) -> list[str]:
   for head in spec.heads:
     skipped = [m for m in spec.models if head not in registry.get(registry.base_name(m)).heads]
     if skipped:
+      pooled = registry.get(registry.base_name(skipped[0])).heads
       lines.append(f'head {head} is skipped for {", ".join(skipped)} (they pool '
-                   f'{", ".join(registry.get(registry.base_name(skipped[0])).heads)} only; {head} needs a Luna '
-                   'model).')
+                   f'{", ".join(pooled)} only; {head} needs a Luna model).')
   return lines
 
 
