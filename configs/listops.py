@@ -79,6 +79,25 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
     c.log_every = 100
     m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 64, 4, 2, 128, 128
     m.dropout = m.attention_dropout = 0.0
+  if arg.mid:
+    # Long inputs that need their range, trained on a 2-core CPU (docs/mid.md): LRA's generator
+    # (depth 10, up to 10 arguments) kept at 250 < tokens < 600 (median 416), 20k examples, and
+    # a small model; five vmapped seeds fit about 30 minutes.
+    c.data_source = 'generated'
+    c.dataset_name = 'listops-mid'
+    c.listops.update(num_train=20000, num_val=1000, num_test=1000, min_length=250,
+                     max_length=600, max_depth=10, max_args=10)
+    c.max_length = 600
+    c.batch_size = 32
+    c.eval_batch_size = 100
+    c.num_train_steps = 400
+    c.warmup_steps = 40
+    c.learning_rate = 2e-3
+    c.weight_decay = 0.0
+    c.eval_every = c.checkpoint_every = 100
+    c.log_every = 50
+    m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 64, 4, 2, 128, 128
+    m.dropout = m.attention_dropout = 0.0
   if arg.fp16:
     m.dtype = 'float16'            # steps.py turns dynamic loss scaling on for float16
   return c

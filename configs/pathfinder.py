@@ -86,6 +86,23 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
     c.log_every = 50
     m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 32, 2, 1, 64, 64
     m.dropout = m.attention_dropout = 0.0
+  if arg.mid:
+    # LRA's 32 x 32 images (1,024 tokens) at the difficulty a small model learns on a 2-core
+    # CPU, a small model; five vmapped seeds fit about 30 minutes (docs/mid.md).
+    c.data_source = 'generated'
+    c.dataset_name = 'pathfinder-mid'
+    c.pathfinder.difficulty = 'easy'
+    c.pathfinder.num_images = 20000
+    c.pathfinder.images_per_batch = 1000
+    c.batch_size = 32
+    c.eval_batch_size = 100
+    c.num_train_steps = 400
+    c.warmup_steps = 40
+    c.learning_rate = 2e-3
+    c.eval_every = c.checkpoint_every = 200
+    c.log_every = 50
+    m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 32, 2, 2, 64, 64
+    m.dropout = m.attention_dropout = 0.0
   if arg.fp16:
     m.dtype = 'float16'            # steps.py turns dynamic loss scaling on for float16
   return c

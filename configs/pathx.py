@@ -88,6 +88,10 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
     c.log_every = 20
     m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 16, 2, 1, 32, 32
     m.dropout = m.attention_dropout = 0.0
+  if arg.mid:
+    raise ValueError('configs/pathx.py has no mid size: Path-X is long only at 128 x 128 '
+                     '(16,384 tokens), beyond a CPU; configs/pathfinder.py:<model>,mid is the '
+                     'mid pixel task (docs/mid.md).')
   if arg.fp16:
     m.dtype = 'float16'            # steps.py turns dynamic loss scaling on for float16
   return c

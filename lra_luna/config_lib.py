@@ -44,6 +44,7 @@ CONFIG_DIR = (lra_luna.CHECKOUT or pathlib.Path(__file__).resolve().parent) / 'c
 WORDS = {
     'model': 'luna16',  # a MODELS preset
     'quick': False,     # a small task and model that a 2-core CPU trains in minutes
+    'mid': False,       # long inputs that need their range, five seeds in 30 min on a 2-core CPU
     'paper': False,     # the Luna authors' protocol instead of LRA's (lra_luna/protocols.py)
     'fp16': False,      # float16 compute with dynamic loss scaling (the authors' fairseq --fp16)
     'smoke': False,     # a smoke test: full shapes, SMOKE_STEPS steps, SMOKE_EVAL_BATCHES batches
@@ -54,6 +55,8 @@ WORDS = {
 WORD_HELP = {
     'model': 'a model word (below); the default luna16 when none is given',
     'quick': 'a small task and model that a 2-core CPU trains in minutes',
+    'mid': ('long inputs that need their range (ListOps median 416 tokens, Pathfinder 32 x 32), '
+            'a small model; five vmapped seeds in about 30 minutes on a 2-core CPU (docs/mid.md)'),
     'paper': "the Luna authors' protocol (docs/protocols.md); combines with quick and smoke",
     'fp16': 'float16 compute with dynamic loss scaling',
     'smoke': ('the full model and data shapes for a few steps on a few generated examples: an '
@@ -91,6 +94,9 @@ def parse_arg(arg: str | None, **defaults) -> types.SimpleNamespace:
                        f'a model ({", ".join(MODELS)}), or one of {", ".join(flag_words)}; each '
                        'also as word=value, e.g. model=luna16 or quick=false.')
     values[key] = _word_value(key, value, values[key], arg)
+  if values.get('quick') and values.get('mid'):
+    raise ValueError(f'quick and mid in config argument {arg!r} are two sizes; give one of '
+                     'them (smoke < quick < mid < the full size).')
   if values['model'] not in MODELS:
     raise ValueError(f'Unknown model {values["model"]!r} in config argument {arg!r}; valid '
                      f'choices: {sorted(MODELS)}.')
@@ -503,7 +509,7 @@ SAME_UPDATE_FIELDS = ('grad_accumulation_steps',)
 # runs, which seed, its progress output), or have their own column (the sweep's head).
 NOT_OVERRIDE_FIELDS = (*BOOKKEEPING_FIELDS, 'seed', 'data_dir', 'progress_bar', 'model.head')
 # Config words that shorten a run; the full run of a preset is the preset without them.
-SHORTENING_WORDS = ('quick', 'smoke')
+SHORTENING_WORDS = ('quick', 'mid', 'smoke')
 
 
 def preset_word(preset: str, word: str) -> bool:
@@ -558,6 +564,8 @@ def shortened_reasons(config, full_steps=None) -> list[str]:
   reasons = []
   if preset_word(config.get('preset', ''), 'quick'):
     reasons.append('quick config')
+  if preset_word(config.get('preset', ''), 'mid'):
+    reasons.append('mid config')
   if config.get('smoke'):
     reasons.append('smoke test')
   if full_steps and config.num_train_steps < full_steps:

@@ -115,6 +115,28 @@ def long_run_warning(config, seconds: float) -> str | None:
           'train in minutes); Ctrl-C stops this run and prints its resume command.')
 
 
+def full_size_line(config, flops_per_s: float, device: str) -> str | None:
+  """The time bound of the full-size run of a config that a word shortens (quick, mid: its preset
+  without them, config_lib.full_preset), so that --print_config of a mid run shows what the full
+  run would cost beside it; None for a config no word shortens or whose full preset cannot be
+  built."""
+  preset = config.get('preset', '')
+  if not any(config_lib.preset_word(preset, w) for w in config_lib.SHORTENING_WORDS):
+    return None
+  full = config_lib.preset_config(config_lib.full_preset(config))
+  if full is None:
+    return None
+  num_params, flops = step_cost(full)
+  if not flops:
+    return None
+  seconds = time_bound_s(flops, full.num_train_steps, flops_per_s)
+  from lra_luna import console  # pylint: disable=g-import-not-at-top
+  return (f'full size ({config_lib.full_preset(config)}: {full.num_train_steps} steps of batch '
+          f'{full.batch_size} x {full.max_length} tokens, {num_params / 1e6:.3g} M parameters): '
+          f'at least {console.format_duration(seconds)} (h:mm:ss) on this {device}, the same '
+          'bound.')
+
+
 def describe(config, steps_left: int | None = None) -> tuple[list[str], float]:
   """(the lines that say what the run is, its size and time bound; the bound in seconds)."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -124,5 +146,7 @@ def describe(config, steps_left: int | None = None) -> tuple[list[str], float]:
   if not flops:
     return lines + ['time: unknown (XLA gives no FLOP count for this step).'], 0.0
   speed = matmul_flops_per_s()
-  lines.append(estimate_line(flops, steps_left, speed, jax.devices()[0].platform.upper()) + '.')
-  return lines, time_bound_s(flops, steps_left, speed)
+  device = jax.devices()[0].platform.upper()
+  lines.append(estimate_line(flops, steps_left, speed, device) + '.')
+  full = full_size_line(config, speed, device)
+  return lines + ([full] if full else []), time_bound_s(flops, steps_left, speed)

@@ -31,7 +31,8 @@ def plan(spec, campaign_dir) -> dict:
         raise spec_lib.CampaignError(str(e)) from None
       for run in runs:
         groups.setdefault((task, model, run.head), []).append(run)
-  unpooled = [h for h in spec.heads if all(h not in registry.get(m).heads for m in spec.models)]
+  unpooled = [h for h in spec.heads
+              if all(h not in registry.get(registry.base_name(m)).heads for m in spec.models)]
   if unpooled:  # A spec must not plan less than it names in silence.
     raise spec_lib.CampaignError(
         f'heads {unpooled[0]!r}: none of the models {list(spec.models)} can pool it (mean_p '
@@ -44,11 +45,11 @@ def skipped_heads(spec) -> list[str]:
   so that a campaign never plans fewer groups than its spec names without saying so."""
   lines = []
   for head in spec.heads:
-    skipped = [m for m in spec.models if head not in registry.get(m).heads]
+    skipped = [m for m in spec.models if head not in registry.get(registry.base_name(m)).heads]
     if skipped:
+      pooled = registry.get(registry.base_name(skipped[0])).heads
       lines.append(f'head {head} is skipped for {", ".join(skipped)} (they pool '
-                   f'{", ".join(registry.get(skipped[0]).heads)} only; {head} needs a Luna '
-                   'model).')
+                   f'{", ".join(pooled)} only; {head} needs a Luna model).')
   return lines
 
 

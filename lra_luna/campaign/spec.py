@@ -18,7 +18,9 @@ from lra_luna.models import model_config
 from lra_luna.training import run_folder
 import lra_luna
 
-VARIANTS = ('', 'quick', 'spt', 'quick,spt')  # config words; 'spt': self-pretrained (spt.py)
+# Config words of every run; 'spt': self-pretrained (spt.py). A model named `<model>+spt` in
+# spec.models adds the word spt to its own runs only (campaigns/mid.py: scratch beside SPT).
+VARIANTS = ('', 'quick', 'mid', 'spt', 'quick,spt', 'mid,spt')
 PROTOCOL_SEEDS = 5  # seeds per row in the papers' tables
 # Ready specs: campaigns/ of the checkout (a wheel ships none).
 SPEC_DIR = lra_luna.CHECKOUT / 'campaigns' if lra_luna.CHECKOUT else None
@@ -38,8 +40,9 @@ def base_spec() -> ml_collections.ConfigDict:
   c.heads = ['cls']
   c.seeds = [0, 1, 2, 3, 4]         # training seeds, vmapped within a group
   c.protocol = 'lra'                # protocols.PROTOCOLS: 'lra' | 'paper' (the authors')
-  c.variant = ''                    # '' the full configs | 'quick' the 2-core CPU variants;
-  #                                   'spt' / 'quick,spt' the same, self-pretrained first
+  c.variant = ''                    # '' the full configs | 'quick' the 2-core CPU variants |
+  #                                   'mid' long inputs on a CPU (docs/mid.md); 'spt' /
+  #                                   'quick,spt' / 'mid,spt' the same, self-pretrained first
   c.overrides = []                  # 'key=value' config fields for every run, as sweep --override
   p = c.profile = ml_collections.ConfigDict()  # Table 2: lra_luna/profile.py's flags
   p.enabled = True                  # run the profiler once every group has finished
@@ -85,7 +88,7 @@ def load_spec(path) -> ml_collections.ConfigDict:
     raise CampaignError(f'campaign spec {path} not found; {ready_specs()}.')
   spec = run_spec_file(path)
   for field, values, choices in (('tasks', spec.tasks, config_lib.TASKS),
-                                 ('models', spec.models, registry.run_model_names()),
+                                 ('models', spec.models, model_names()),
                                  ('heads', spec.heads, model_config.HEADS),
                                  ('protocol', [spec.protocol], protocols.PROTOCOLS),
                                  ('variant', [spec.variant], VARIANTS),
@@ -99,11 +102,20 @@ def load_spec(path) -> ml_collections.ConfigDict:
   return spec
 
 
+def model_names() -> list[str]:
+  """What spec.models may name: registry.run_model_names(), each also as `<name>+spt`."""
+  names = registry.run_model_names()
+  return [*names, *(name + registry.SPT_SUFFIX for name in names)]
+
+
 def config_spec(task: str, model: str, protocol: str, variant: str = '') -> str:
-  """run_lra's --config of one task and model (`<model>+rotary`: with the word rotary): the
-  variant and the protocol as config words."""
-  words = ([registry.base_name(model)] + (['rotary'] if model != registry.base_name(model) else [])
-           + ([variant] if variant else []) + (['paper'] if protocol == 'paper' else []))
+  """run_lra's --config of one task and model (`<model>+rotary`: with the word rotary;
+  `<model>+spt`: with the word spt): the variant and the protocol as config words."""
+  spt = model.endswith(registry.SPT_SUFFIX) and 'spt' not in variant.split(',')
+  rotary = model.removesuffix(registry.SPT_SUFFIX).endswith(registry.ROTARY_SUFFIX)
+  words = ([registry.base_name(model)] + (['rotary'] if rotary else [])
+           + ([variant] if variant else []) + (['spt'] if spt else [])
+           + (['paper'] if protocol == 'paper' else []))
   return f'{config_lib.CONFIG_DIR / task}.py:{",".join(words)}'
 
 

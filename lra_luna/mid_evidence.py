@@ -1,0 +1,199 @@
+"""The mid-size evidence (docs/mid.md): LRA's published orderings put to the test on the mid runs.
+
+  python -m lra_luna.mid_evidence runs/mid [--checkpoint best|last] [--figure runs/mid/mid.png]
+
+Reads every results.json under the folder (a `campaigns/mid.py` campaign or `sweep` folder) and
+prints, as Markdown: each group's test accuracy per seed, mean ± sample std and n; then each
+ordering of ORDERINGS whose two groups have finished: the difference of the means with its 95%
+Welch interval and one word, `reproduces` (the interval lies on the published side of 0),
+`reversed` (on the other side) or `not distinguishable` (it holds 0). With --figure it draws the
+accuracy per model per task, error bars one sample std, the published full-size value as a
+marker. A folder with no finished run is refused in one line.
+"""
+
+import argparse
+import math
+import pathlib
+import statistics
+import sys
+
+from lra_luna import registry
+from lra_luna.report import runs as runs_lib
+
+TASKS = ('listops', 'pathfinder')
+# (task, better, worse, what LRA's papers say): the published ordering is `better` above `worse`
+# (within: |difference| at most `margin` points is the claim instead).
+ORDERINGS = (
+    ('listops', 's4d', 'transformer', 'S4D > Transformer'),
+    ('pathfinder', 's4d', 'transformer', 'S4D > Transformer'),
+    ('listops', 'mega_chunk', 'transformer', 'Mega-chunk > Transformer'),
+    ('pathfinder', 'mega_chunk', 'transformer', 'Mega-chunk > Transformer'),
+    ('listops', 'transformer+spt', 'transformer', 'SPT Transformer > scratch Transformer'),
+    ('pathfinder', 'transformer+spt', 'transformer', 'SPT Transformer > scratch Transformer'),
+    ('listops', 'luna16', 'transformer', 'Luna-16 within a few points of the Transformer'),
+    ('pathfinder', 'luna16', 'transformer', 'Luna-16 > Transformer (78.4 vs 71.8)'),
+    ('listops', 's4d+spt', 's4d', 'SPT S4D >= scratch S4D'),
+    ('listops', 'luna16+spt', 'luna16', 'SPT Luna-16 > scratch Luna-16'),
+)
+WITHIN_POINTS = 3.0  # "within a few points" (Luna-16 against the Transformer on ListOps)
+# Published full-size numbers not in the registry's Table 1 rows (design/published_rows.md).
+EXTRA_PUBLISHED = {('s5', 'listops'): 62.15, ('s5', 'pathfinder'): 95.33,
+                   ('lru', 'listops'): 60.2, ('lru', 'pathfinder'): 95.1}
+
+
+def published(model: str, task: str) -> float | None:
+  """The published full-size test accuracy of a model from scratch (its first Table 1 row)."""
+  if model in registry.MODELS:
+    for row in registry.MODELS[model].table1:
+      if task in row.accuracy:
+        return row.accuracy[task]
+  return EXTRA_PUBLISHED.get((model, task))
+
+
+def welch(a: list[float], b: list[float]) -> tuple[float, float, float]:
+  """(mean(a) - mean(b), the 95% Welch interval's low and high end); needs 2+ values each."""
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+  diff = statistics.fmean(a) - statistics.fmean(b)
+  if va + vb == 0:
+    return diff, diff, diff
+  df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+  half = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
+  return diff, diff - half, diff + half
+
+
+def verdict(low: float, high: float, within: float | None = None) -> str:
+  """reproduces / reversed / not distinguishable for an interval of better - worse; with
+  `within`, whether the interval lies inside +-within (reproduces) or outside it (reversed)."""
+  if within is not None:
+    if -within <= low and high <= within:
+      return 'reproduces'
+    return 'reversed' if low > within or high < -within else 'not distinguishable'
+  if low > 0:
+    return 'reproduces'
+  return 'reversed' if high < 0 else 'not distinguishable'
+
+
+def group_accuracies(results: list[dict], checkpoint: str) -> dict:
+  """{(task, model): {seed: accuracy}} (every head of a model together: the mid configs run one)."""
+  groups = {}
+  for result in results:
+    groups.setdefault((result['task'], result['model']), {})[result['seed']] = (
+        runs_lib.accuracy_of(result, checkpoint))
+  return groups
+
+
+def fmt(values: list[float]) -> str:
+  if len(values) < 2:
+    return f'{values[0]:.2f} (n = 1)'
+  return f'{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f} (n = {len(values)})'
+
+
+def tables(groups: dict) -> str:
+  lines = ['| task | model | per seed | mean ± std (n) | published, full size |',
+           '|---|---|---|---|---:|']
+  for (task, model), seeds in sorted(groups.items()):
+    values = [seeds[s] for s in sorted(seeds)]
+    pub = published(model, task)
+    lines.append(f'| {task} | {registry.label(model)} | '
+                 f'{", ".join(f"{v:.2f}" for v in values)} | {fmt(values)} | '
+                 f'{"" if pub is None else f"{pub:.2f}"} |')
+  lines += ['', '| task | published ordering | ours: better − worse, 95% Welch | verdict |',
+            '|---|---|---|---|']
+  for task, better, worse, claim in ORDERINGS:
+    a, b = groups.get((task, better), {}), groups.get((task, worse), {})
+    if len(a) < 2 or len(b) < 2:
+      continue
+    diff, low, high = welch(list(a.values()), list(b.values()))
+    within = WITHIN_POINTS if 'within' in claim else None
+    lines.append(f'| {task} | {claim} | {diff:+.2f} [{low:+.2f}, {high:+.2f}] | '
+                 f'{verdict(low, high, within)} |')
+  return '\n'.join(lines)
+
+
+def figure(groups: dict, path: pathlib.Path) -> None:
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  tasks = [t for t in TASKS if any(task == t for task, _ in groups)]
+  fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
+  for ax, task in zip(axes[0], tasks):
+    models = sorted(m for t, m in groups if t == task)
+    marked = False
+    for x, model in enumerate(models):
+      values = list(groups[(task, model)].values())
+      std = statistics.stdev(values) if len(values) > 1 else 0.0
+      ax.errorbar(x, statistics.fmean(values), yerr=std, fmt='o', color='C0', capsize=4,
+                  label='mid: mean ± std over seeds' if x == 0 else None)
+      # The published value of the same model from scratch (none for SPT or rotary runs).
+      pub = published(model, task) if model == registry.base_name(model) else None
+      if pub is not None:
+        ax.plot(x, pub, marker='x', color='C3', markersize=9, linestyle='none',
+                label=None if marked else 'published, full size')
+        marked = True
+    ax.set_xticks(range(len(models)), [registry.label(m) for m in models], rotation=30,
+                  ha='right')
+    ax.set_title(f'{task} (mid)')
+    ax.set_ylabel('test accuracy (%)')
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+
+
+def first_token_baseline(folder) -> tuple[float, float]:
+  """(the test split's majority-class rate, as the probe's, and the best guess from the first
+  token alone), test accuracy in percent, of a
+  ListOps set (basic_train.tsv / basic_test.tsv in `folder`): the outermost operator's most
+  frequent value in training, predicted for every test expression with that operator. What a
+  model gets from a window of one token at the start."""
+  from lra_luna.datasets import listops  # pylint: disable=import-outside-toplevel
+  def rows(name):
+    lines = (pathlib.Path(folder) / name).read_text(encoding='utf-8').splitlines()[1:]
+    return [(next(t for t in e.split() if t not in listops.PARENTHESES), v)
+            for e, v in (line.split('\t') for line in lines)]
+  train, test = rows(listops.SPLIT_FILES['train']), rows(listops.SPLIT_FILES['test'])
+  by_operator = {}
+  for operator, value in train:
+    counts = by_operator.setdefault(operator, {})
+    counts[value] = counts.get(value, 0) + 1
+  guess = {op: max(counts, key=counts.get) for op, counts in by_operator.items()}
+  overall = {}
+  for _, value in test:
+    overall[value] = overall.get(value, 0) + 1
+  return (100 * max(overall.values()) / len(test),
+          100 * sum(guess.get(op) == v for op, v in test) / len(test))
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('folder')
+  parser.add_argument('--checkpoint', choices=tuple(runs_lib.CHECKPOINTS), default='best')
+  parser.add_argument('--figure', default='', help='write the figure here (.png)')
+  parser.add_argument('--listops_data', default='',
+                      help='also print the majority class and the first-token baseline of the '
+                      'ListOps set in this folder (e.g. data/store/listops-mid)')
+  args = parser.parse_args(argv)
+  if args.listops_data:
+    try:
+      majority, first = first_token_baseline(args.listops_data)
+    except OSError as e:
+      sys.exit(f'error: --listops_data {args.listops_data}: {e.strerror}: {e.filename}')
+    print(f'ListOps test set {args.listops_data}: majority class {majority:.1f}%, the first '
+          f'token (the outermost operator) alone {first:.1f}%.')
+  try:
+    results = runs_lib.load_results(args.folder)
+  except (FileNotFoundError, ValueError) as e:
+    sys.exit(f'error: {e}')
+  if not results:
+    sys.exit(f'error: {args.folder} holds no finished run (results.json); run '
+             '`python -m lra_luna.campaign campaigns/mid.py --dir DIR` first.')
+  groups = group_accuracies(results, args.checkpoint)
+  print(tables(groups))
+  if args.figure:
+    figure(groups, pathlib.Path(args.figure))
+    print(f'figure: {args.figure}')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

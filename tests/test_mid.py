@@ -1,0 +1,189 @@
+"""The word mid (docs/mid.md): its configs build and validate for every task and model, the mid
+generators' first examples are seeded and exact, the word's bad combinations are refused in one
+line, --print_config's full-size bound, and the mid campaign's groups. Nothing here trains."""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from lra_luna import config_lib
+from lra_luna import registry
+from lra_luna import run_size
+from lra_luna.campaign import plan as plan_lib
+from lra_luna.campaign import spec as spec_lib
+from lra_luna.datasets import listops
+from lra_luna.datasets import pathfinder_generator as pathfinder_gen
+
+pytestmark = pytest.mark.filterwarnings('ignore:the load_module:DeprecationWarning')
+
+MID_TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder')
+
+
+@pytest.mark.parametrize('task', MID_TASKS)
+def test_every_model_has_a_valid_mid_config_shorter_than_the_full_one(task):
+  full = config_lib.load_config(f'configs/{task}.py:transformer')
+  for model in registry.MODELS:
+    config = config_lib.load_config(f'configs/{task}.py:{model},mid')
+    config_lib.validate(config)
+    assert config.model_name == model
+    assert config.num_train_steps < full.num_train_steps
+    assert config.model.num_layers == 2 and config.model.dim <= 64
+    assert 'mid config' in config_lib.shortened_reasons(config)
+
+
+def test_mid_inputs_are_long():
+  lo = config_lib.load_config('configs/listops.py:mid')
+  assert lo.data_source == 'generated' and lo.dataset_name == 'listops-mid'
+  assert (lo.listops.min_length, lo.listops.max_length, lo.max_length) == (250, 600, 600)
+  assert (lo.listops.max_depth, lo.listops.max_args) == (10, 10)  # LRA's generator
+  pf = config_lib.load_config('configs/pathfinder.py:mid')
+  assert pf.dataset_name == 'pathfinder-mid' and pf.max_length == 1024
+  assert (pf.pathfinder.resolution, pf.pathfinder.difficulty) == (32, 'easy')
+  for task in ('text', 'retrieval', 'image'):
+    assert config_lib.load_config(f'configs/{task}.py:mid').max_length >= 1000
+
+
+def test_the_first_listops_mid_examples_are_seeded_and_exact(tmp_path):
+  settings = dict(config_lib.load_config('configs/listops.py:mid').listops)
+  settings.update(num_train=6, num_val=2, num_test=2)
+  listops.generate_listops(tmp_path / 'a', progress=False, **settings)
+  listops.generate_listops(tmp_path / 'b', progress=False, **settings)
+  data = (tmp_path / 'a' / 'basic_train.tsv').read_bytes()
+  assert data == (tmp_path / 'b' / 'basic_train.tsv').read_bytes()
+  assert hashlib.sha256(data).hexdigest() == (
+      'c18c0ea19e0eb2a186c0703c7dd025ccb285f9ecfbf5f2849f7a5b1f08e30fa5')
+  rows = [line.split('\t') for line in data.decode().splitlines()[1:]]
+  assert [len(listops.token_ids(e)) for e, _ in rows] == [556, 578, 492, 364, 457, 510]
+  assert [listops.evaluate_expression(e) for e, _ in rows] == [int(v) for _, v in rows]
+  assert [int(v) for _, v in rows] == [8, 9, 3, 3, 7, 9]
+
+
+def test_the_first_pathfinder_mid_images_are_seeded_and_exact():
+  config = config_lib.load_config('configs/pathfinder.py:mid')
+  expected = [(1, '4e8903dc4b9f8b6b'), (1, 'fd5fc824ff52118a'), (0, '3d6bd22b6790f8c3')]
+  for index, (label, digest) in enumerate(expected):
+    sample = pathfinder_gen.make_pathfinder_image(
+        32, config.pathfinder.difficulty, seed=config.pathfinder.seed, batch=0, index=index)
+    assert sample.image.shape == (32, 32) and sample.image.dtype == np.uint8
+    assert sample.label == label
+    assert hashlib.sha256(sample.image.tobytes()).hexdigest()[:16] == digest
+
+
+@pytest.mark.parametrize('spec, message', [
+    ('configs/listops.py:s4d,mid,quick', 'quick and mid'),
+    ('configs/pathx.py:s4d,mid', 'configs/pathx.py has no mid size'),
+    ('configs/listops.py:s4d,mid=maybe', 'expected mid=true or mid=false'),
+])
+def test_bad_mid_combinations_are_one_line(spec, message):
+  with pytest.raises(ValueError, match=message) as error:
+    config_lib.load_config(spec)
+  assert '\n' not in str(error.value)
+
+
+def test_print_config_bounds_the_full_size_run_beside_the_mid_one(monkeypatch):
+  costs = {}
+
+  def step_cost(config):
+    costs[config.preset] = config.num_train_steps
+    return 2_000_000, 1e9 * config.max_length  # FLOPs grow with the length: the full run's
+
+  monkeypatch.setattr(run_size, 'step_cost', step_cost)
+  mid = config_lib.load_config('configs/listops.py:s4d,mid')
+  line = run_size.full_size_line(mid, flops_per_s=1e12, device='CPU')
+  assert list(costs) == ['listops.py:s4d']  # the full preset, not the mid one
+  # 5000 steps x 2000 tokens x 1e9 FLOP / 1e12 FLOP/s = 10,000 s.
+  assert line.startswith('full size (listops.py:s4d: 5000 steps of batch 32 x 2000 tokens, 2 M')
+  assert 'at least 2:46:40 (h:mm:ss) on this CPU' in line
+  full = config_lib.load_config('configs/listops.py:s4d')
+  assert run_size.full_size_line(full, flops_per_s=1e12, device='CPU') is None
+
+
+def test_the_mid_campaign_names_every_model_and_the_spt_and_rotary_runs():
+  spec = spec_lib.load_spec(spec_lib.SPEC_DIR / 'mid.py')
+  assert spec.variant == 'mid' and list(spec.seeds) == [0, 1, 2, 3, 4]
+  assert set(registry.MODELS) <= set(spec.models)
+  extra = [m for m in spec.models if m not in registry.MODELS]
+  assert sorted(extra) == ['luna16+spt', 's4d+spt', 'transformer+rotary', 'transformer+spt']
+  assert spec_lib.config_spec('listops', 's4d+spt', 'lra', 'mid').endswith(
+      'listops.py:s4d,mid,spt')
+  assert spec_lib.config_spec('listops', 'transformer+rotary', 'lra', 'mid').endswith(
+      'listops.py:transformer,rotary,mid')
+  assert spec_lib.config_spec('listops', 's4d+spt', 'lra', 'mid,spt').endswith(
+      'listops.py:s4d,mid,spt')  # the word once
+
+
+def test_the_mid_campaign_plans_spt_and_rotary_groups_with_their_words(tmp_path):
+  spec = spec_lib.load_spec(spec_lib.SPEC_DIR / 'mid.py')
+  spec.models = ['transformer', 'transformer+rotary', 'transformer+spt', 's4d+spt']
+  groups = plan_lib.plan(spec, tmp_path)
+  assert {(task, model) for task, model, _ in groups} == {
+      (t, m) for t in ('listops', 'pathfinder') for m in spec.models}
+  for (task, model, _), runs in groups.items():
+    config = runs[0].config
+    assert runs[0].workdir.parent.parent.name == model  # its own folder: no mixing with scratch
+    assert config_lib.preset_word(config.preset, 'mid')
+    assert bool(config.pretraining.objective) == model.endswith('+spt')
+    if model.endswith('+spt'):
+      assert config.pretraining.mask_rate == {'listops': 0.10, 'pathfinder': 0.50}[task]
+    assert (config.model.positions == 'rotary') == (model == 'transformer+rotary')
+
+
+def test_welch_interval_matches_scipys_and_the_verdicts():
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  from lra_luna import mid_evidence
+  a, b = [1, 2, 3, 4, 5.5], [0, 0.5, 1, 2, 1.2]
+  diff, low, high = mid_evidence.welch(a, b)
+  expected = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+  assert diff == pytest.approx(np.mean(a) - np.mean(b))
+  assert (low, high) == pytest.approx((expected.low, expected.high))
+  assert mid_evidence.verdict(0.5, 2.0) == 'reproduces'
+  assert mid_evidence.verdict(-2.0, -0.5) == 'reversed'
+  assert mid_evidence.verdict(-0.5, 2.0) == 'not distinguishable'
+  assert mid_evidence.verdict(-1.0, 2.0, within=3.0) == 'reproduces'
+  assert mid_evidence.verdict(3.5, 6.0, within=3.0) == 'reversed'
+  assert mid_evidence.verdict(1.0, 6.0, within=3.0) == 'not distinguishable'
+
+
+def _result(folder, task, model, seed, accuracy):
+  import json  # pylint: disable=import-outside-toplevel
+  run = folder / task / model / 'cls' / f'seed{seed}'
+  run.mkdir(parents=True)
+  (run / 'results.json').write_text(json.dumps(
+      {'task': task, 'model': model, 'head': 'cls', 'seed': seed,
+       'best': {'test_accuracy': accuracy}, 'last': {'test_accuracy': accuracy}}))
+
+
+def test_mid_evidence_tables_and_figure(tmp_path, capsys):
+  from lra_luna import mid_evidence
+  for seed, (s4d, transformer) in enumerate([(0.40, 0.30), (0.42, 0.31), (0.41, 0.29)]):
+    _result(tmp_path, 'listops', 's4d', seed, s4d)
+    _result(tmp_path, 'listops', 'transformer', seed, transformer)
+  _result(tmp_path, 'listops', 'luna16', 0, 0.3)  # one seed: in the table, in no ordering
+  assert mid_evidence.main([str(tmp_path), '--figure', str(tmp_path / 'mid.png')]) == 0
+  out = capsys.readouterr().out
+  assert '| listops | S4D | 40.00, 42.00, 41.00 | 41.00 ± 1.00 (n = 3) | 60.47 |' in out
+  assert '| listops | S4D > Transformer | +11.00 [' in out and '| reproduces |' in out
+  assert 'Luna-16 within' not in out
+  assert (tmp_path / 'mid.png').stat().st_size > 0
+
+
+def test_mid_evidence_refuses_a_folder_without_runs_in_one_line(tmp_path):
+  from lra_luna import mid_evidence
+  with pytest.raises(SystemExit, match='holds no finished run') as error:
+    mid_evidence.main([str(tmp_path)])
+  assert '\n' not in str(error.value)
+
+
+def test_first_token_baseline_predicts_each_operators_most_frequent_value(tmp_path):
+  from lra_luna import mid_evidence
+  header = 'Source\tTarget\n'
+  train = ['( ( [MAX 9 ) 3 ] )\t9', '( ( [MAX 9 ) 1 ] )\t9', '( ( [MIN 0 ) 4 ] )\t0',
+           '( ( [MIN 2 ) 4 ] )\t2', '( ( [MIN 2 ) 3 ] )\t2']
+  test = ['( ( [MAX 8 ) 9 ] )\t9', '( ( [MIN 5 ) 2 ] )\t2', '( ( [MIN 1 ) 4 ] )\t1',
+          '( ( [MAX 1 ) 7 ] )\t7', '( ( [SM 1 ) 1 ] )\t2']
+  (tmp_path / 'basic_train.tsv').write_text(header + '\n'.join(train) + '\n')
+  (tmp_path / 'basic_test.tsv').write_text(header + '\n'.join(test) + '\n')
+  majority, first = mid_evidence.first_token_baseline(tmp_path)
+  assert majority == pytest.approx(40.0)  # the most frequent test value (9 or 2): 2 of 5
+  assert first == pytest.approx(40.0)     # MAX -> 9 right once, MIN -> 2 right once, SM unseen
