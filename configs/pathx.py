@@ -11,11 +11,11 @@ Quick (2-core CPU, a minute with a Luna model; 400 images generated under
 so run the transformer's quick variant on a GPU):
   python run_lra.py --config configs/pathx.py:luna16,quick --workdir runs/pathx_luna16_quick
 Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick,
-paper (refused for the Luna protocol, whose authors released no Path-X run; `s4d,paper` is the
-S4 authors' Path-X run, lra_luna/protocols.py), fp16
-(float16 compute with loss scaling), smoke (the whole pipeline in a few steps), rotary (rotary
-positions) and spt (self-pretraining, then fine-tuning); `python run_lra.py --help`
-describes each.
+mid (refused: Path-X is long only at 128 x 128), paper (refused for the Luna protocol, whose
+authors released no Path-X run; `s4d,paper` is the S4 authors' Path-X run,
+lra_luna/protocols.py), fp16 (float16 compute with loss scaling), smoke (the whole pipeline in a
+few steps), rotary (rotary positions) and spt (self-pretraining, then fine-tuning); `python
+run_lra.py --help` describes each.
 """
 
 import ml_collections
