@@ -356,7 +356,7 @@ register(Model(
     options={'state_dim': 256, 'blocks': 8, 'c_init': 'trunc_standard_normal',
              'discretization': 'zoh', 'conj_sym': True, 'clip_eigs': False,
              'bidirectional': True, 'dt_min': 1e-3, 'dt_max': 1e-1, 'activation': 'half_glu1',
-             'prenorm': True, 'scan': 'associative'},
+             'prenorm': True, 'scan': 'associative', 'chunk': 64},
     task_options=_S5_TASK_OPTIONS, settings=_SSM_SETTINGS, paper_protocol='s5',
     test_options={'state_dim': 4, 'blocks': 2}))
 # LRU (models/blocks/lru.py): its own block, the paper's (GLU, pre-norm), ring init r in [0, 1], phases
@@ -369,5 +369,5 @@ register(Model(
     'lru', 'LRU', 'lru', block_class=_MODULES + 'blocks.lru:LRUBlock',
     options={'state_dim': 256, 'r_min': 0.0, 'r_max': 1.0, 'max_phase': 6.283185307179586,
              'bidirectional': True, 'activation': 'full_glu', 'prenorm': True,
-             'scan': 'sequential'},
+             'scan': 'sequential', 'chunk': 64},
     settings=_SSM_SETTINGS, paper_protocol='lru', test_options={'state_dim': 4}))
