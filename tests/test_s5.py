@@ -280,7 +280,7 @@ def test_jit_equals_eager_and_every_dtype_keeps_a_float32_state():
 @pytest.mark.parametrize('options', [{'scan': 'sequential'}, {'scan': 'chunked', 'chunk': 3}])
 def test_sequential_and_chunked_scans_give_the_same_model(options):
   inputs = np.random.RandomState(1).randint(1, 11, (2, 20))
-  parallel = models.build_model(model_config(), seed=0)
+  parallel = models.build_model(model_config(attention_options={'scan': 'associative'}), seed=0)
   other = models.build_model(model_config(attention_options=options), seed=0)
   np.testing.assert_allclose(parallel({'inputs': inputs}), other({'inputs': inputs}),
                              rtol=1e-5, atol=1e-5)
