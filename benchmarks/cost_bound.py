@@ -195,7 +195,8 @@ def main() -> None:
       all_rows += rows(point, measure(point, model_sides, args.rounds, args.warmup))
       print(table(all_rows[-len(model_sides):]), file=sys.stderr, flush=True)
       (out_dir / 'cost_bound.json').write_text(json.dumps(all_rows, indent=1))
-  text = f'{os.uname().nodename}, {os.cpu_count()} cores; load {os.getloadavg()}\n\n{table(all_rows)}\n'
+  load = ', '.join(f'{v:.1f}' for v in os.getloadavg())
+  text = f'{os.uname().nodename}, {os.cpu_count()} cores, load average {load}\n\n{table(all_rows)}\n'
   (out_dir / 'cost_bound.md').write_text(text)
   print(text)
 
