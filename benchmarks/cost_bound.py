@@ -196,7 +196,8 @@ def main() -> None:
       print(table(all_rows[-len(model_sides):]), file=sys.stderr, flush=True)
       (out_dir / 'cost_bound.json').write_text(json.dumps(all_rows, indent=1))
   load = ', '.join(f'{v:.1f}' for v in os.getloadavg())
-  text = f'{os.uname().nodename}, {os.cpu_count()} cores, load average {load}\n\n{table(all_rows)}\n'
+  text = (f'{os.uname().nodename}, {os.cpu_count()} cores, load average {load}\n\n'
+          f'{table(all_rows)}\n')
   (out_dir / 'cost_bound.md').write_text(text)
   print(text)
 
