@@ -2,7 +2,7 @@
 
 Run from the repository root:
   python benchmarks/op_profile.py [--model luna16] [--length 4096] [--batch_size 1] [--steps 3] \\
-      [--cores 1] [--out_dir runs/op_profile]
+      [--cores 1] [--config configs/text.py] [--out_dir runs/op_profile]
 
 It builds the profiler's own step (`lra_luna.profile.build_step`, the Text task's sizes), traces
 --steps steps with `jax.profiler` after two warm-up steps, and sums the time of every XLA op
@@ -45,6 +45,8 @@ def parse_args(argv=None):
   parser.add_argument('--model', default='luna16')
   parser.add_argument('--length', type=int, default=4096)
   parser.add_argument('--batch_size', type=int, default=1)
+  parser.add_argument('--config', default=str(TEXT_CONFIG),
+                      help='task config spec, e.g. configs/listops.py:quick (default: Text)')
   parser.add_argument('--steps', type=int, default=3, help='traced steps (after 2 warm-up steps)')
   parser.add_argument('--cores', type=int, default=1,
                       help='cores to pin the process to (1: op times add up; see the docstring)')
@@ -185,7 +187,7 @@ def main(argv=None):
   import jax
   from lra_luna import profile
 
-  config = profile.point_config(str(TEXT_CONFIG), args.model, args.length, args.batch_size,
+  config = profile.point_config(args.config, args.model, args.length, args.batch_size,
                                 'float32')
   step, state, batch, key, _ = profile.build_step(config)
   matmuls = matmul_ops(step.lower(state, batch, key).compile().as_text())

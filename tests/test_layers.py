@@ -109,6 +109,21 @@ def test_dense_values_and_gradients_match_autodiff():
       np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_project_values_and_gradients_match_autodiff():
+  """models/linear.project (no bias, the SSMs' projections) equals x @ W differentiated plainly,
+  for a 3-D input and a 2-D one."""
+  for shape in [(4, 3, 16), (5, 16)]:
+    x, kernel, cotangent = random_arrays([shape, (16, 10), shape[:-1] + (10,)])
+    plain = lambda x, k: x @ k
+    np.testing.assert_allclose(linear.project(x, kernel), plain(x, kernel), rtol=1e-6,
+                               atol=1e-6)
+    got = jax.vjp(linear.project, x, kernel)[1](cotangent)
+    want = jax.vjp(plain, x, kernel)[1](cotangent)
+    for g, w in zip(got, want):
+      assert g.shape == w.shape
+      np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
 def test_linear_is_nnx_linear_with_the_fast_gradient():
   """Same parameters and initialisation as nnx.Linear from the same seed, same outputs and
   parameter gradients; bfloat16 compute keeps float32 parameters and returns bfloat16."""

@@ -48,9 +48,9 @@ def test_gamma_normalises_the_state_and_every_parameter_is_stable():
   assert np.all(np.abs(np.asarray(wild)) <= 1.0)
 
 
-def small_lru(bidirectional=True, seed=0):
+def small_lru(bidirectional=True, seed=0, **scan_options):
   return lru.LRU(3, state_dim=5, r_min=0.4, r_max=0.95, max_phase=math.pi,
-                 bidirectional=bidirectional, rngs=nnx.Rngs(seed))
+                 bidirectional=bidirectional, rngs=nnx.Rngs(seed), **scan_options)
 
 
 def recurrence(params, u, bidirectional):
@@ -67,9 +67,12 @@ def recurrence(params, u, bidirectional):
   return y + u * params['d']
 
 
+@pytest.mark.parametrize('scan_options', [{'scan': 'associative'}, {'scan': 'sequential'},
+                                          {'scan': 'chunked', 'chunk': 4}])
 @pytest.mark.parametrize('bidirectional', [False, True])
-def test_layer_equals_the_step_by_step_recurrence_values_and_gradients(bidirectional):
-  layer = small_lru(bidirectional)
+def test_layer_equals_the_step_by_step_recurrence_values_and_gradients(bidirectional,
+                                                                        scan_options):
+  layer = small_lru(bidirectional, **scan_options)
   u = jnp.asarray(np.random.RandomState(3).normal(size=(2, 11, 3)), jnp.float32)
   graph, params = nnx.split(layer)
   pure = {k: v[...] for k, v in nnx.to_flat_state(params)}
@@ -143,6 +146,7 @@ def test_jit_equals_eager_and_every_dtype_keeps_a_float32_state():
     ({'max_phase': 0.0}, 'max_phase = 0.0 is not valid'),
     ({'state_dim': 0}, 'state_dim = 0 is not valid'),
     ({'activation': 'relu'}, "activation = 'relu' is not valid"),
+    ({'chunk': 2.5}, 'chunk = 2.5 is not valid'),
 ])
 def test_impossible_option_is_refused(options, message):
   with pytest.raises(ValueError, match=message):

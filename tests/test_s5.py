@@ -137,6 +137,43 @@ def test_scan_equals_the_step_by_step_recurrence_values_and_gradients(method, re
                              reference(jnp.broadcast_to(a[0], a.shape), bu), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize('chunk', [1, 4, 5, 13, 20])
+@pytest.mark.parametrize('reverse', [False, True])
+@pytest.mark.parametrize('per_step', [False, True])
+def test_chunked_scan_equals_the_step_by_step_recurrence_values_and_gradients(chunk, reverse,
+                                                                              per_step):
+  """Chunks that divide the 13 steps or not, one step each, one chunk, a chunk past the end; a
+  per step or one a for every step (its gradient summed over the steps)."""
+  a, bu = random_recurrence(seed=chunk)
+  a = a if per_step else a[0]
+  weights = jnp.asarray(np.random.RandomState(5).normal(size=bu.shape), jnp.float32)
+  scan = lambda a, bu: s5.linear_recurrence(a, bu, reverse=reverse, method='chunked',
+                                            chunk=chunk)
+  reference = lambda a, bu: step_by_step(jnp.broadcast_to(a, bu.shape[1:]), bu, reverse)
+  np.testing.assert_allclose(scan(a, bu), reference(a, bu), rtol=1e-5, atol=1e-5)
+  loss = lambda f: lambda a, bu: jnp.sum(weights * (f(a, bu).real - 3 * f(a, bu).imag))
+  got = jax.grad(loss(scan), argnums=(0, 1))(a, bu)
+  want = jax.grad(loss(reference), argnums=(0, 1))(a, bu)
+  assert got[0].shape == a.shape
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('method', s5.SCANS)
+@pytest.mark.parametrize('reverse', [False, True])
+def test_one_a_for_every_step_has_the_gradient_of_the_recurrence(method, reverse):
+  """The backward pass of one a [P] for every step: sum over steps and batch of its terms."""
+  a, bu = random_recurrence(seed=7)
+  weights = jnp.asarray(np.random.RandomState(6).normal(size=bu.shape), jnp.float32)
+  scan = lambda a, bu: s5.linear_recurrence(a, bu, reverse=reverse, method=method, chunk=4)
+  reference = lambda a, bu: step_by_step(jnp.broadcast_to(a, bu.shape[1:]), bu, reverse)
+  loss = lambda f: lambda a, bu: jnp.sum(weights * (2 * f(a, bu).real + f(a, bu).imag))
+  got = jax.grad(loss(scan), argnums=(0, 1))(a[0], bu)
+  want = jax.grad(loss(reference), argnums=(0, 1))(a[0], bu)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
 def small_ssm(bidirectional=True, conj_sym=True, discretization='zoh', c_init='lecun_normal',
               seed=0, dim=3):
   return s5.S5SSM(dim, state_dim=8, blocks=2, c_init=c_init, discretization=discretization,
@@ -240,11 +277,12 @@ def test_jit_equals_eager_and_every_dtype_keeps_a_float32_state():
     assert ssm.lambda_re.dtype == jnp.float32 and ssm.discrete()[0].dtype == jnp.complex64
 
 
-def test_sequential_scan_gives_the_same_model():
+@pytest.mark.parametrize('options', [{'scan': 'sequential'}, {'scan': 'chunked', 'chunk': 3}])
+def test_sequential_and_chunked_scans_give_the_same_model(options):
   inputs = np.random.RandomState(1).randint(1, 11, (2, 20))
-  parallel = models.build_model(model_config(), seed=0)
-  sequential = models.build_model(model_config(attention_options={'scan': 'sequential'}), seed=0)
-  np.testing.assert_allclose(parallel({'inputs': inputs}), sequential({'inputs': inputs}),
+  parallel = models.build_model(model_config(attention_options={'scan': 'associative'}), seed=0)
+  other = models.build_model(model_config(attention_options=options), seed=0)
+  np.testing.assert_allclose(parallel({'inputs': inputs}), other({'inputs': inputs}),
                              rtol=1e-5, atol=1e-5)
 
 
@@ -254,6 +292,7 @@ def test_sequential_scan_gives_the_same_model():
     ({'discretization': 'euler'}, "discretization = 'euler' is not valid"),
     ({'activation': 'relu'}, "activation = 'relu' is not valid"),
     ({'dt_min': 0.5, 'dt_max': 0.1}, 'dt_min = 0.5, dt_max = 0.1 are not valid'),
+    ({'chunk': 0}, 'chunk = 0 is not valid'),
 ])
 def test_impossible_option_is_refused(options, message):
   with pytest.raises(ValueError, match=message):

@@ -11,8 +11,9 @@ initialised to sqrt(1 - |Lambda_j|^2). Ring initialisation (Sec. 3): Lambda unif
 the ring r_min <= |Lambda| <= r_max with phases in [0, max_phase]:
   nu_log = log(-log(u1 (r_max^2 - r_min^2) + r_min^2) / 2),  theta_log = log(max_phase u2),
 u1, u2 ~ U[0, 1]. B, C complex Glorot (B's parts N(0, 1/(2H)), C's N(0, 1/N)), D ~ N(0, 1).
-The recurrence is S5's (`s5.linear_recurrence`): by default a sequential jax.lax.scan, on a CPU
-1.5x faster at 4K than jax.lax.associative_scan (option scan='associative').
+The recurrence is S5's (`s5.apply_ssm`, `s5.recurrence`): by default a sequential
+jax.lax.scan, on a 2-core CPU faster at 60 tokens and at 4K than jax.lax.associative_scan
+(option scan='associative') and than the chunked scan (scan='chunked', chunk T), docs/s5_lru.md.
 Bidirectional (classification): a second scan backwards through the same Lambda and gamma B,
 read out by a second C. The parameters of SSM_PARAMETERS (nu, theta, gamma and B) train at
 config.ssm_learning_rate without weight decay (as S5's, and the unofficial minimal-LRU
@@ -62,7 +63,8 @@ class LRU(nnx.Module):
   """The LRU of every feature: u [B, L, H] -> y [B, L, H] float32 (complex64 state)."""
 
   def __init__(self, dim: int, *, state_dim: int, r_min: float, r_max: float, max_phase: float,
-               bidirectional: bool, rngs: nnx.Rngs, scan: str = 'associative'):
+               bidirectional: bool, rngs: nnx.Rngs, scan: str = 'associative',
+               chunk: int = s5.DEFAULT_CHUNK):
     ring_key, b_key, c_key, d_key = jax.random.split(rngs.params(), 4)
     nu_log, theta_log = ring_init(ring_key, state_dim, r_min, r_max, max_phase)
     self.nu_log, self.theta_log = nnx.Param(nu_log), nnx.Param(theta_log)
@@ -72,14 +74,15 @@ class LRU(nnx.Module):
     self.output_matrix = nnx.Param(complex_normal(c_key, (channels, dim, state_dim),
                                                   1.0 / state_dim))
     self.d = nnx.Param(jax.random.normal(d_key, (dim,)))
-    self.scan = scan
+    self.scan, self.chunk = scan, chunk
 
   def __call__(self, u):
     u = u.astype(jnp.float32)
     b, c = self.input_matrix[...], self.output_matrix[...]
     b = jax.lax.complex(b[..., 0], b[..., 1]) * jnp.exp(self.gamma_log[...])[:, None]
     y = s5.apply_ssm(eigenvalues(self.nu_log[...], self.theta_log[...]), b,
-                     jax.lax.complex(c[..., 0], c[..., 1]), u, conj_sym=False, method=self.scan)
+                     jax.lax.complex(c[..., 0], c[..., 1]), u, conj_sym=False, method=self.scan,
+                     chunk=self.chunk)
     return y + u * self.d[...]
 
 
@@ -88,13 +91,13 @@ class LRUBlock(s5.S5Block):
 
   The block protocol of classifier.BlockEncoder. Options (config.model.attention_options,
   DEFAULTS): state_dim N, r_min, r_max, max_phase, bidirectional, activation (default
-  'full_glu', the paper's GLU), prenorm, scan ('sequential', the faster on a CPU at 4K, or
-  'associative', docs/s5_lru.md).
+  'full_glu', the paper's GLU), prenorm, scan ('sequential', the fastest on a CPU,
+  'associative' or 'chunked', docs/s5_lru.md), chunk (positions per chunk of 'chunked').
   """
 
   DEFAULTS = {'state_dim': 256, 'r_min': 0.0, 'r_max': 1.0, 'max_phase': 2 * math.pi,
               'bidirectional': True, 'activation': 'full_glu', 'prenorm': True,
-              'scan': 'sequential'}
+              'scan': 'sequential', 'chunk': s5.DEFAULT_CHUNK}
   CONFIG_OPTIONS = tuple(DEFAULTS)
 
   def __init__(self, cfg, rngs: nnx.Rngs):
@@ -108,7 +111,8 @@ class LRUBlock(s5.S5Block):
   def check_options(*, max_length: int = 0, state_dim: int = 256, r_min: float = 0.0,
                     r_max: float = 1.0, max_phase: float = 2 * math.pi,
                     bidirectional: bool = True, activation: str = 'full_glu',
-                    prenorm: bool = True, scan: str = 'sequential') -> None:
+                    prenorm: bool = True, scan: str = 'sequential',
+                    chunk: int = s5.DEFAULT_CHUNK) -> None:
     """ValueError naming the first option outside its valid range."""
     del max_length, bidirectional, prenorm
     if not (isinstance(state_dim, int) and state_dim >= 1):
@@ -123,3 +127,4 @@ class LRUBlock(s5.S5Block):
       if value not in choices:
         raise ValueError(f'LRUBlock option {name} = {value!r} is not valid; valid choices: '
                          f'{list(choices)}.')
+    s5.check_chunk('LRUBlock', chunk)

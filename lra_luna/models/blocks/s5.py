@@ -10,7 +10,10 @@ diagonal. Per-mode steps Delta = exp(log_step) discretise it (Sec. 2 and the app
                    B_bar = (1 - Delta/2 Lambda)^-1 Delta B~
 and the recurrence x_k = Lambda_bar x_{k-1} + B_bar u_k, y_k = Re(C~ x_k) + D u_k (Sec. 2)
 is computed by `jax.lax.associative_scan` with the operator (a_i, b_i) . (a_j, b_j) =
-(a_j a_i, a_j b_i + b_j) (Secs. 2-3, the parallel scan). Conjugate symmetry (Sec. 3): only the P/2 modes with
+(a_j a_i, a_j b_i + b_j) (Secs. 2-3, the parallel scan), by a sequential `jax.lax.scan`, or in
+chunks (sequential within chunks, then across them); the states run time-major as real arrays
+(real parts, then imaginary parts), and the backward pass is the recurrence's own transpose, one
+scan of the cotangents the other way (`recurrence_backward`). Conjugate symmetry (Sec. 3): only the P/2 modes with
 negative imaginary parts are kept, the output is 2 Re(C~ x). Bidirectional (the authors' LRA
 models): a second scan runs backwards (inclusive of position k) through the same Lambda_bar and
 B_bar, read out by a second C~.
@@ -27,6 +30,7 @@ Padding: the block zeroes padded positions before the SSM, so neither scan carri
 them into a real position (the authors feed pad tokens as data and pool the real ones).
 """
 
+import functools
 import math
 
 import jax
@@ -36,12 +40,13 @@ from flax import nnx
 
 from lra_luna.models.nn import layers
 from lra_luna.models.nn.dropout import Dropout
-from lra_luna.models.nn.linear import Linear
+from lra_luna.models.nn.linear import Linear, project
 
 C_INITS = ('trunc_standard_normal', 'lecun_normal', 'complex_normal')
 DISCRETIZATIONS = ('zoh', 'bilinear')
 ACTIVATIONS = ('full_glu', 'half_glu1', 'half_glu2', 'gelu')
-SCANS = ('associative', 'sequential')
+SCANS = ('associative', 'sequential', 'chunked')
+DEFAULT_CHUNK = 64  # positions per chunk of the 'chunked' scan
 FLAX_LAYER_NORM_EPS = 1e-6  # flax.linen.LayerNorm's, the authors' norm outside BatchNorm
 # Parameter names that get config.ssm_learning_rate and no weight decay (training/steps.py).
 SSM_PARAMETERS = ('lambda_re', 'lambda_im', 'b_tilde', 'log_step')
@@ -133,42 +138,182 @@ def combine(earlier, later):
   return a_j * a_i, a_j * b_i + b_j
 
 
-def linear_recurrence(a, bu, *, reverse: bool = False, method: str = 'associative'):
+# The states run as real arrays [..., 2P]: the real parts of the P modes, then the imaginary
+# parts (float32 arithmetic only, no complex copies between the projections and the scan).
+def stacked(z):
+  """Complex [..., P] -> real [..., 2P]: real parts, then imaginary parts."""
+  return jnp.concatenate([z.real, z.imag], -1)
+
+
+def unstacked(s):
+  """Real [..., 2P] -> complex [..., P] (the inverse of `stacked`)."""
+  modes = s.shape[-1] // 2
+  return jax.lax.complex(s[..., :modes], s[..., modes:])
+
+
+def rotate(a, s):
+  """The complex product a s of stacked arrays (a [..., 2P] broadcast against s [..., 2P])."""
+  modes = s.shape[-1] // 2
+  a_re, a_im, s_re, s_im = a[..., :modes], a[..., modes:], s[..., :modes], s[..., modes:]
+  return jnp.concatenate([a_re * s_re - a_im * s_im, a_re * s_im + a_im * s_re], -1)
+
+
+def conjugate(a):
+  """The complex conjugate of a stacked array."""
+  modes = a.shape[-1] // 2
+  return jnp.concatenate([a[..., :modes], -a[..., modes:]], -1)
+
+
+def stacked_combine(earlier, later):
+  """`combine` on stacked arrays."""
+  a_i, b_i = earlier
+  a_j, b_j = later
+  return rotate(a_j, a_i), rotate(a_j, b_i) + b_j
+
+
+def check_chunk(block: str, chunk) -> None:
+  """ValueError unless the chunked scan's `chunk` is an integer >= 1."""
+  if not (isinstance(chunk, int) and chunk >= 1):
+    raise ValueError(f'{block} option chunk = {chunk!r} is not valid: an integer >= 1.')
+
+
+def scan_in_order(a, bu, *, reverse: bool, method: str, chunk: int):
+  """x [L, B, 2P] (time-major, stacked): x_k = a_k x_{k-1} + bu_k from x_{-1} = 0 (backwards
+  with `reverse`), a [2P] (every step) or [L, 2P], bu [L, B, 2P], by `method`
+  (linear_recurrence); no gradient of its own."""
+  per_step = a.ndim == 2
+  if method == 'associative':
+    a = jnp.broadcast_to(a, (bu.shape[0], a.shape[-1]))
+    return jax.lax.associative_scan(stacked_combine, (a[:, None], bu), reverse=reverse,
+                                    axis=0)[1]
+  if method == 'chunked':
+    return chunked_scan(jnp.broadcast_to(a, (bu.shape[0], a.shape[-1])), bu, reverse=reverse,
+                        chunk=chunk)
+  def step(x, inputs):
+    a_k, bu_k = inputs if per_step else (a, inputs)
+    x = rotate(a_k, x) + bu_k
+    return x, x
+  return jax.lax.scan(step, jnp.zeros_like(bu[0]), (a, bu) if per_step else bu,
+                      reverse=reverse)[1]
+
+
+def chunked_scan(a, bu, *, reverse: bool, chunk: int):
+  """The recurrence of `scan_in_order` in chunks of T = `chunk` positions (the parallel scan's
+  split of the sequence into blocks, Secs. 2-3): within every chunk c at once, a sequential
+  scan from a zero state, x~_{c,t} = a_{c,t} x~_{c,t-1} + bu_{c,t}, with the products
+  A_{c,t} = a_{c,1} ... a_{c,t}; then the states entering the chunks,
+  h_c = A_{c,T} h_{c-1} + x~_{c,T} (a sequential scan over the L / T chunks); then
+  x_{c,t} = x~_{c,t} + A_{c,t} h_{c-1}: T + L / T loop steps instead of L. a [L, 2P]."""
+  if reverse:
+    return chunked_scan(a[::-1], bu[::-1], reverse=False, chunk=chunk)[::-1]
+  length, batch, width = bu.shape
+  chunks = -(-length // chunk)
+  pad = chunks * chunk - length  # trailing positions: no earlier state depends on them
+  if pad:
+    bu = jnp.pad(bu, ((0, pad), (0, 0), (0, 0)))
+    a = jnp.pad(a, ((0, pad), (0, 0)))
+  a_steps = a.reshape(chunks, chunk, width).transpose(1, 0, 2)  # [T, C, 2P]
+  bu_steps = bu.reshape(chunks, chunk, batch, width).transpose(1, 0, 2, 3)  # [T, C, B, 2P]
+
+  def within(carry, inputs):
+    x, product = carry
+    a_t, bu_t = inputs
+    x, product = rotate(a_t[:, None], x) + bu_t, rotate(a_t, product)
+    return (x, product), (x, product)
+
+  one = jnp.concatenate([jnp.ones((chunks, width // 2)), jnp.zeros((chunks, width // 2))], -1)
+  initial = (jnp.zeros(bu_steps.shape[1:], bu.dtype), one.astype(bu.dtype))
+  _, (local, products) = jax.lax.scan(within, initial, (a_steps, bu_steps))
+
+  def across(h, inputs):
+    product_c, last_c = inputs
+    return rotate(product_c[None], h) + last_c, h
+
+  _, entering = jax.lax.scan(across, jnp.zeros((batch, width), bu.dtype),
+                             (products[-1], local[-1]))  # [C, B, 2P]: h_{c-1}
+  xs = local + rotate(products[:, :, None], entering[None])  # [T, C, B, 2P]
+  return xs.transpose(1, 0, 2, 3).reshape(chunks * chunk, batch, width)[:length]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def recurrence(a, bu, reverse, method, chunk):
+  """scan_in_order (time-major, stacked) with the recurrence's own backward pass
+  (recurrence_backward)."""
+  return scan_in_order(a, bu, reverse=reverse, method=method, chunk=chunk)
+
+
+def recurrence_forward(a, bu, reverse, method, chunk):
+  xs = scan_in_order(a, bu, reverse=reverse, method=method, chunk=chunk)
+  return xs, (a, xs)
+
+
+def recurrence_backward(reverse, method, chunk, residuals, cotangent):
+  """The transpose of x_k = a_k x_{k-1} + bu_k (real and imaginary parts as real numbers): the
+  cotangent of bu is the same recurrence run the other way through the next step's conjugate,
+  lambda_k = g_k + conj(a_{k+1}) lambda_{k+1}, and that of a_k is conj(x_{k-1}) lambda_k summed
+  over the batch (over the steps too for one a of every step): one scan, where autodiff through
+  a scan keeps and steps through its residuals."""
+  a, xs = residuals
+  if a.ndim == 1:  # one a for every step: the next step's is the same
+    adjoint = scan_in_order(conjugate(a), cotangent, reverse=not reverse, method=method,
+                            chunk=chunk)
+    # Steps with a previous state only: k >= 1 forwards, k <= L - 2 backwards.
+    x_previous, later = (xs[1:], adjoint[:-1]) if reverse else (xs[:-1], adjoint[1:])
+    return jnp.sum(rotate(conjugate(x_previous), later), axis=(0, 1)), adjoint
+  zero_x, zero_a = jnp.zeros_like(xs[:1]), jnp.zeros_like(a[:1])
+  if reverse:  # x_k = a_k x_{k+1} + bu_k: the next step is k - 1, the previous state x_{k+1}
+    x_previous = jnp.concatenate([xs[1:], zero_x], 0)
+    a_next = jnp.concatenate([zero_a, a[:-1]], 0)  # (its value past the last step is unused)
+  else:
+    x_previous = jnp.concatenate([zero_x, xs[:-1]], 0)
+    a_next = jnp.concatenate([a[1:], zero_a], 0)
+  adjoint = scan_in_order(conjugate(a_next), cotangent, reverse=not reverse, method=method,
+                          chunk=chunk)
+  return jnp.sum(rotate(conjugate(x_previous), adjoint), axis=1), adjoint
+
+
+recurrence.defvjp(recurrence_forward, recurrence_backward)
+
+
+def linear_recurrence(a, bu, *, reverse: bool = False, method: str = 'associative',
+                      chunk: int = DEFAULT_CHUNK):
   """x [B, L, P]: x_k = a_k x_{k-1} + bu_k from x_{-1} = 0 along axis 1 (backwards with
-  `reverse`: x_k = a_k x_{k+1} + bu_k). a [L, P] or [P] (the same at every step), bu [B, L, P].
+  `reverse`: x_k = a_k x_{k+1} + bu_k). a [L, P] or [P] (the same at every step), bu [B, L, P],
+  complex.
 
   'associative': jax.lax.associative_scan of `combine` (O(log L) depth); 'sequential': one
-  jax.lax.scan step per position (the reference recurrence)."""
-  a = jnp.broadcast_to(a, bu.shape[1:])
-  if method == 'associative':
-    return jax.lax.associative_scan(combine, (a[None], bu), reverse=reverse, axis=1)[1]
-  def step(x, inputs):
-    a_k, bu_k = inputs
-    x = a_k * x + bu_k
-    return x, x
-  initial = jnp.zeros((bu.shape[0], bu.shape[2]), bu.dtype)
-  _, xs = jax.lax.scan(step, initial, (a, jnp.moveaxis(bu, 1, 0)), reverse=reverse)
-  return jnp.moveaxis(xs, 0, 1)
+  jax.lax.scan step per position (the reference recurrence); 'chunked': sequential within
+  chunks of `chunk` positions, all chunks at once, then across them (chunked_scan). Every
+  method has the recurrence's own backward pass (recurrence_backward). The layers call
+  `recurrence` on their time-major stacked states directly."""
+  xs = recurrence(stacked(a), stacked(jnp.swapaxes(bu, 0, 1)), reverse, method, chunk)
+  return jnp.swapaxes(unstacked(xs), 0, 1)
 
 
 def project_input(u, b_bar):
-  """B_bar u_k for every k: u [B, L, H] float32, b_bar [P, H] complex -> [B, L, P] complex64."""
-  return jax.lax.complex(u @ b_bar.real.T, u @ b_bar.imag.T)
+  """B_bar u_k for every k, stacked: u [..., H] float32, b_bar [P, H] complex -> [..., 2P]
+  (one matmul; its kernel gradient one 2-D dot over the rows, linear.project)."""
+  return project(u, stacked(b_bar.T))
 
 
 def read_out(xs, c_tilde):
-  """Re(C~ x_k) [B, L, H] float32: xs [B, L, P] complex, c_tilde [H, P] complex."""
-  return xs.real @ c_tilde.real.T - xs.imag @ c_tilde.imag.T
+  """Re(C~ x_k) = Re(C~) Re(x_k) - Im(C~) Im(x_k) [..., H] float32: xs [..., 2P] stacked,
+  c_tilde [H, P] complex (one matmul, linear.project)."""
+  return project(xs, stacked(c_tilde.conj()).T)
 
 
-def apply_ssm(lambda_bar, b_bar, c_tilde, u, *, conj_sym: bool, method: str = 'associative'):
+def apply_ssm(lambda_bar, b_bar, c_tilde, u, *, conj_sym: bool, method: str = 'associative',
+              chunk: int = DEFAULT_CHUNK):
   """y [B, L, H] = Re(C~ x) (x2 with conjugate symmetry) of the discretised SSM on u [B, L, H]
   (float32). c_tilde [C, H, P]: C = 1 causal, C = 2 bidirectional (the second C~ reads the
-  backward scan, x_k = Lambda_bar x_{k+1} + B_bar u_k)."""
-  bu = project_input(u, b_bar)
-  y = read_out(linear_recurrence(lambda_bar, bu, method=method), c_tilde[0])
+  backward scan, x_k = Lambda_bar x_{k+1} + B_bar u_k). The states are time-major and stacked
+  ([L, B, 2P] real); only the real [B, L, H] input and output are transposed."""
+  bu = project_input(jnp.swapaxes(u, 0, 1), b_bar)
+  scan = lambda reverse: recurrence(stacked(lambda_bar), bu, reverse, method, chunk)
+  y = read_out(scan(False), c_tilde[0])
   if c_tilde.shape[0] == 2:
-    y = y + read_out(linear_recurrence(lambda_bar, bu, reverse=True, method=method), c_tilde[1])
+    y = y + read_out(scan(True), c_tilde[1])
+  y = jnp.swapaxes(y, 0, 1)
   return 2.0 * y if conj_sym else y
 
 
@@ -180,7 +325,8 @@ class S5SSM(nnx.Module):
 
   def __init__(self, dim: int, *, state_dim: int, blocks: int, c_init: str, discretization: str,
                conj_sym: bool, clip_eigs: bool, bidirectional: bool, dt_min: float,
-               dt_max: float, rngs: nnx.Rngs, scan: str = 'associative'):
+               dt_max: float, rngs: nnx.Rngs, scan: str = 'associative',
+               chunk: int = DEFAULT_CHUNK):
     lambda_, v, v_inv = block_diagonal_init(state_dim, blocks, conj_sym)
     b_key, c_key, d_key, step_key = jax.random.split(rngs.params(), 4)
     # B ~ LeCun normal [P, H] (fan-in P), then B~ = V^-1 B (the authors' init_VinvB).
@@ -194,8 +340,8 @@ class S5SSM(nnx.Module):
     self.d = nnx.Param(jax.random.normal(d_key, (dim,)))
     self.log_step = nnx.Param(jax.random.uniform(
         step_key, (len(lambda_),), minval=math.log(dt_min), maxval=math.log(dt_max)))
-    self.discretization, self.conj_sym, self.clip_eigs, self.scan = (
-        discretization, conj_sym, clip_eigs, scan)
+    self.discretization, self.conj_sym, self.clip_eigs, self.scan, self.chunk = (
+        discretization, conj_sym, clip_eigs, scan, chunk)
 
   def discrete(self):
     """(Lambda_bar [P'], B_bar [P', H]) complex64 of the current parameters."""
@@ -212,7 +358,7 @@ class S5SSM(nnx.Module):
     lambda_bar, b_bar = self.discrete()
     c = self.c_tilde[...]
     y = apply_ssm(lambda_bar, b_bar, jax.lax.complex(c[..., 0], c[..., 1]), u,
-                  conj_sym=self.conj_sym, method=self.scan)
+                  conj_sym=self.conj_sym, method=self.scan, chunk=self.chunk)
     return y + u * self.d[...]
 
 
@@ -227,13 +373,14 @@ class S5Block(nnx.Module):
 
   The block protocol of classifier.BlockEncoder. Options (config.model.attention_options,
   DEFAULTS): state_dim P, blocks J, c_init, discretization, conj_sym, clip_eigs, bidirectional,
-  dt_min, dt_max, activation, prenorm, scan ('associative' | 'sequential').
+  dt_min, dt_max, activation, prenorm, scan ('sequential', the fastest on a CPU, |
+  'associative' | 'chunked'), chunk (positions per chunk of the chunked scan).
   """
 
   DEFAULTS = {'state_dim': 256, 'blocks': 8, 'c_init': 'trunc_standard_normal',
               'discretization': 'zoh', 'conj_sym': True, 'clip_eigs': False,
               'bidirectional': True, 'dt_min': 1e-3, 'dt_max': 1e-1, 'activation': 'half_glu1',
-              'prenorm': True, 'scan': 'associative'}
+              'prenorm': True, 'scan': 'sequential', 'chunk': DEFAULT_CHUNK}
   CONFIG_OPTIONS = tuple(DEFAULTS)
 
   def __init__(self, cfg, rngs: nnx.Rngs):
@@ -265,7 +412,8 @@ class S5Block(nnx.Module):
                     c_init: str = 'trunc_standard_normal', discretization: str = 'zoh',
                     conj_sym: bool = True, clip_eigs: bool = False, bidirectional: bool = True,
                     dt_min: float = 1e-3, dt_max: float = 1e-1, activation: str = 'half_glu1',
-                    prenorm: bool = True, scan: str = 'associative') -> None:
+                    prenorm: bool = True, scan: str = 'sequential',
+                    chunk: int = DEFAULT_CHUNK) -> None:
     """ValueError naming the first option outside its valid range."""
     del max_length, clip_eigs, bidirectional, prenorm
     per_block = 2 if conj_sym else 1
@@ -279,6 +427,7 @@ class S5Block(nnx.Module):
       if value not in choices:
         raise ValueError(f'S5Block option {name} = {value!r} is not valid; valid choices: '
                          f'{list(choices)}.')
+    check_chunk('S5Block', chunk)
     if not 0 < dt_min <= dt_max:
       raise ValueError(f'S5Block options dt_min = {dt_min}, dt_max = {dt_max} are not valid: '
                        'need 0 < dt_min <= dt_max.')

@@ -34,6 +34,26 @@ def matmul(inputs: jax.Array, kernel: jax.Array) -> jax.Array:
 
 
 @jax.custom_vjp
+def project(inputs: jax.Array, kernel: jax.Array) -> jax.Array:
+  """inputs @ kernel over the last axis of inputs (`matmul`), with the kernel gradient of
+  `kernel_gradient` (one 2-D dot over the flattened rows)."""
+  return matmul(inputs, kernel)
+
+
+def _project_forward(inputs, kernel):
+  return project(inputs, kernel), (inputs, kernel)
+
+
+def _project_backward(residuals, grad_out):
+  inputs, kernel = residuals
+  return (matmul(grad_out, kernel.T),
+          kernel_gradient(inputs, grad_out).astype(kernel.dtype))
+
+
+project.defvjp(_project_forward, _project_backward)
+
+
+@jax.custom_vjp
 def dense(inputs: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
   """inputs @ kernel + bias over the last axis of inputs, in inputs' dtype (kernel and bias are
   cast to it; their gradients come back in their own dtype)."""
