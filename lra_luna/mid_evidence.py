@@ -12,7 +12,6 @@ marker. A folder with no finished run is refused in one line.
 """
 
 import argparse
-import math
 import pathlib
 import statistics
 import sys
@@ -51,15 +50,10 @@ def published(model: str, task: str) -> float | None:
 
 
 def welch(a: list[float], b: list[float]) -> tuple[float, float, float]:
-  """(mean(a) - mean(b), the 95% Welch interval's low and high end); needs 2+ values each."""
-  from scipy import stats  # pylint: disable=import-outside-toplevel
-  va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-  diff = statistics.fmean(a) - statistics.fmean(b)
-  if va + vb == 0:
-    return diff, diff, diff
-  df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-  half = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
-  return diff, diff - half, diff + half
+  """(mean(a) - mean(b), the 95% Welch interval's low and high end); needs 2+ values each
+  (report.runs.welch_difference computes it)."""
+  difference = runs_lib.welch_difference(runs_lib.seed_statistics(b), runs_lib.seed_statistics(a))
+  return (difference.mean, *difference.interval)
 
 
 def verdict(low: float, high: float, within: float | None = None) -> str:
