@@ -5,6 +5,7 @@ compiling the same tiny models again in new processes; a cache hit is the same e
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 
 # submitit's import runs logging.config.dictConfig, which closes every handler already made; absl's
@@ -19,6 +20,10 @@ os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', _CACHE_DIR)
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '1')  # only costly compiles
 # The campaign's shared cache of step memory estimates: the session's own, not the user's.
 os.environ.setdefault('LRA_CACHE_DIR', os.path.join(_CACHE_DIR, 'lra_luna'))
+# LLVM at level 0 in every test process (tests/tiny.py says why); a user's own flags stay.
+sys.path.insert(0, os.path.dirname(__file__))
+import tiny  # noqa: E402  pylint: disable=wrong-import-position
+os.environ['XLA_FLAGS'] = ' '.join(filter(None, (os.environ.get('XLA_FLAGS'), tiny.XLA_FLAGS)))
 
 
 # The slow tier: tests that train, start processes or compile full-size steps (seconds to

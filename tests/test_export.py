@@ -178,7 +178,7 @@ def quick_listops_results(tmp_path, data_dir, devices: int) -> dict:
           f'{REPO}/configs/listops.py:luna16,quick', '--workdir', str(workdir),
           f'--config.data_dir={data_dir}', *(f'--config.{k}={v}' for k, v in SHORT_QUICK.items())]
   env = dict(os.environ, JAX_PLATFORMS='cpu', CI='1',
-             XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}')
+             XLA_FLAGS=tiny.xla_flags(f'--xla_force_host_platform_device_count={devices}'))
   done = subprocess.run(args, env=env, capture_output=True, text=True)
   assert done.returncode == 0, done.stderr[-3000:]
   return json.loads((workdir / 'results.json').read_text())

@@ -419,8 +419,7 @@ def spt_command(data_dir, workdir, **changes):
 
 def run_env(**extra):
   import os  # pylint: disable=import-outside-toplevel
-  env = dict(os.environ, JAX_PLATFORMS='cpu', CI='1')
-  env.pop('XLA_FLAGS', None)
+  env = dict(os.environ, JAX_PLATFORMS='cpu', CI='1', XLA_FLAGS=tiny.xla_flags())
   env.update(extra)
   return env
 

@@ -39,9 +39,10 @@ def cli_args(data_dir, workdir, **overrides):
 
 
 def run_env(**extra):
+  """The environment of a run_lra.py subprocess: CPU, CI, the suite's XLA flags (a caller's
+  XLA_FLAGS, e.g. a device count, added to them, any other of the parent's dropped)."""
   env = dict(os.environ, JAX_PLATFORMS='cpu', CI='1', **extra)
-  env.pop('XLA_FLAGS', None)
-  env.update(extra)
+  env['XLA_FLAGS'] = tiny.xla_flags(*filter(None, [extra.get('XLA_FLAGS')]))
   return env
 
 

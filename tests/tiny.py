@@ -8,6 +8,16 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 QUICK_LISTOPS = f'{REPO}/configs/listops.py:luna16,quick'
+# Every test process (conftest.py sets it; the subprocess helpers pass it on): LLVM at level 0.
+# The suite's time is mostly XLA compiling tiny models, which this cuts by about a quarter; the
+# programs and their buffers are XLA's own (campaign/memory.py), only the machine code is less
+# optimised, and no test times a step.
+XLA_FLAGS = '--xla_backend_optimization_level=0'
+
+
+def xla_flags(*extra: str) -> str:
+  """XLA_FLAGS of a test's subprocess: the suite's own flag and `extra` (e.g. a device count)."""
+  return ' '.join((XLA_FLAGS, *extra))
 
 SETTINGS = {
     'listops.num_train': 400, 'listops.num_val': 64, 'listops.num_test': 64,

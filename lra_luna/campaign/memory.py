@@ -20,6 +20,8 @@ GIB = 2**30
 # the code, not the estimate; level 0 compiles in about half the time
 # (tests/test_campaign.py: the same bytes as the default compile, model by model).
 ESTIMATE_COMPILE_OPTIONS = {'cpu': {'xla_backend_optimization_level': 0}}
+# XLA's default level (3), named so that the slow path compiles with it whatever XLA_FLAGS says.
+DEFAULT_COMPILE_OPTIONS = {'cpu': {'xla_backend_optimization_level': 3}}
 
 
 def abstract_state(model, seed: int, tx):
@@ -42,7 +44,7 @@ def vmapped_step_bytes(config, num_seeds: int = 1, quick: bool = True) -> int | 
   of train.train_seeds' step, vmapped over num_seeds seeds, compiled for this process's default
   device; the batch and the stacked state are shapes only, nothing is run. quick: the state's
   shapes traced (abstract_state) and ESTIMATE_COMPILE_OPTIONS; else the model initialised and
-  compiled with XLA's defaults (the same estimate, slower: kept to test the quick one)."""
+  compiled at XLA's default level (the same estimate, slower: kept to test the quick one)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from lra_luna import datasets  # pylint: disable=g-import-not-at-top
@@ -66,7 +68,8 @@ def vmapped_step_bytes(config, num_seeds: int = 1, quick: bool = True) -> int | 
       steps.train_step, graphdef=graphdef, tx=tx,
       accumulation_steps=config.grad_accumulation_steps)), donate_argnums=0)  # As train.train_seeds: the state is donated.
   lowered = step.lower(stacked, batch, keys)
-  options = ESTIMATE_COMPILE_OPTIONS.get(jax.default_backend()) if quick else None
+  options = (ESTIMATE_COMPILE_OPTIONS.get(jax.default_backend()) if quick
+             else DEFAULT_COMPILE_OPTIONS.get(jax.default_backend()))
   compiled = lowered.compile(options) if options else lowered.compile()
   return profile.compiled_memory(compiled)['estimated_bytes']
 
