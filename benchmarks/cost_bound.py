@@ -24,17 +24,16 @@ import argparse
 import json
 import os
 import pathlib
-import select
 import statistics
-import subprocess
 import sys
 import time
+
+import line_worker  # benchmarks/line_worker.py (this script's folder is on sys.path)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TREE = pathlib.Path(os.environ.get('LRA_LUNA_TREE', REPO))  # a worker's checkout
 sys.path.insert(0, str(TREE))
 MATMUL_SIZE = 2048
-WORKER_TIMEOUT_S = 1800
 QUICK = 'quick'
 
 
@@ -80,37 +79,21 @@ def worker(side: str, point: str, warmup: int) -> None:
     print(json.dumps({'step_s': time.perf_counter() - start}), flush=True)
 
 
-class Worker:
-  """One side's process (`model` or `model@DIR`), driven one line at a time."""
+class Worker(line_worker.LineWorker):
+  """A side's worker process (`model[@tree]` or `matmul`) at one point."""
 
   def __init__(self, side: str, point: str, warmup: int):
-    self.side = side
     model, _, tree = side.partition('@')
-    tree = tree or str(REPO)
-    env = dict(os.environ, PYTHONPATH=tree, LRA_LUNA_TREE=tree,
-               JAX_PLATFORMS=os.environ.get('JAX_PLATFORMS', 'cpu'))
-    self.process = subprocess.Popen(
-        [sys.executable, __file__, '--worker', model, '--point', point, '--warmup', str(warmup)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    super().__init__(side, [sys.executable, __file__, '--worker', model, '--point', point,
+                            '--warmup', str(warmup)], tree or str(REPO))
     self.flops = self.read()['flops']
 
-  def read(self) -> dict:
-    ready, _, _ = select.select([self.process.stdout], [], [], WORKER_TIMEOUT_S)
-    line = self.process.stdout.readline() if ready else ''
-    if not line:
-      self.process.kill()
-      raise RuntimeError(f'worker {self.side} ended without an answer (exit code '
-                         f'{self.process.wait()})')
-    return json.loads(line)
-
   def step(self) -> float:
-    self.process.stdin.write('step\n')
-    self.process.stdin.flush()
+    self.send('step')
     return self.read()['step_s']
 
   def stop(self) -> None:
-    self.process.stdin.write('stop\n')
-    self.process.stdin.flush()
+    self.send('stop')
     self.process.wait()
 
 

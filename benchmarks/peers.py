@@ -43,12 +43,13 @@ import os
 import pathlib
 import platform
 import resource
-import select
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+import line_worker  # benchmarks/line_worker.py (this script's folder is on sys.path)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # The lra_luna to time: this checkout, or in a worker of --trees another version of it.
@@ -69,7 +70,6 @@ OURS = ('luna16', 'luna16' + ALL_ROWS, 'transformer_fused', 'transformer')
 # Peer -> our side it is compared with (and its `_all_rows` twin, when that side runs too).
 PEERS = {'authors_luna16': 'luna16', 'torch_transformer': 'transformer_fused'}
 TRANSFORMERS = ('transformer_fused', 'transformer', 'torch_transformer')
-WORKER_TIMEOUT_S = 1800
 
 
 # ----------------------------------------------------------------------------------------------
@@ -305,47 +305,30 @@ def worker(args) -> None:
         flush=True)
 
 
-class Worker:
+class Worker(line_worker.LineWorker):
   """A side's worker process, driven one line at a time."""
 
   def __init__(self, side: str, length: int, batch_size: int, args, fairseq_dir: str,
                sizes: dict):
-    self.side = side
-    side, _, tree = side.partition('@')  # 'luna16@DIR': our luna16 as the checkout DIR has it.
-    tree = tree or str(REPO)
+    name, _, tree = side.partition('@')  # 'luna16@DIR': our luna16 as the checkout DIR has it.
     # OMP_WAIT_POLICY is left as the caller's (unset: libgomp's default, a short spin, then
     # sleep), PyTorch's best here. On the idle 2-core machine PyTorch's Luna step ran at 4.3
     # steps/s with the default, 3.1 with PASSIVE (every wake-up is a futex) and, interleaved,
     # ACTIVE slowed every side (a waiting worker's threads spin through the others' steps).
-    env = dict(os.environ, PYTHONPATH=tree, LRA_LUNA_TREE=tree,
-               JAX_PLATFORMS=os.environ.get('JAX_PLATFORMS', 'cpu'))
-    command = [sys.executable, __file__, '--worker', side, '--length', str(length),
-               '--batch_size', str(batch_size), '--threads', str(args.threads),
-               '--warmup', str(args.warmup), '--fairseq_dir', fairseq_dir,
-               '--peer_allocator', args.peer_allocator,
-               '--sizes', json.dumps(sizes)]
-    self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    text=True, env=env)
+    super().__init__(side, [sys.executable, __file__, '--worker', name, '--length', str(length),
+                            '--batch_size', str(batch_size), '--threads', str(args.threads),
+                            '--warmup', str(args.warmup), '--fairseq_dir', fairseq_dir,
+                            '--peer_allocator', args.peer_allocator,
+                            '--sizes', json.dumps(sizes)], tree or str(REPO))
     self.ready = self.read()
-
-  def read(self) -> dict:
-    ready, _, _ = select.select([self.process.stdout], [], [], WORKER_TIMEOUT_S)
-    line = self.process.stdout.readline() if ready else ''
-    if not line:
-      self.process.kill()
-      raise RuntimeError(f'worker {self.side} ended without an answer (exit code '
-                         f'{self.process.wait()}); see its stderr above.')
-    return json.loads(line)
 
   def step(self) -> dict:
     """{'step_s': wall seconds, 'cpu_s': CPU seconds of all the worker's threads}."""
-    self.process.stdin.write('step\n')
-    self.process.stdin.flush()
+    self.send('step')
     return self.read()
 
   def stop(self) -> int:
-    self.process.stdin.write('stop\n')
-    self.process.stdin.flush()
+    self.send('stop')
     peak = self.read()['peak_rss_bytes']
     self.process.wait()
     return peak
