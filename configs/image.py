@@ -71,15 +71,7 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
   if arg.mid:
     # LRA's 32 x 32 grey images (1,024 tokens) and the mid model: the mid size of ListOps and
     # Pathfinder (docs/mid.md), not calibrated here (no CIFAR-10 data on that machine).
-    c.batch_size = 32
-    c.eval_batch_size = 100
-    c.num_train_steps = 600
-    c.warmup_steps = 60
-    c.learning_rate = 2e-3
-    c.eval_every = c.checkpoint_every = 300
-    c.log_every = 100
-    m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 64, 4, 2, 128, 128
-    m.dropout = m.attention_dropout = 0.0
+    config_lib.use_uncalibrated_mid_settings(c, batch_size=32, eval_batch_size=100)
   if arg.fp16:
     m.dtype = 'float16'            # steps.py turns dynamic loss scaling on for float16
   return c

@@ -71,16 +71,8 @@ def get_config(arg: str = 'luna16') -> ml_collections.ConfigDict:
     # Papers cut at 1,000 bytes each and the mid model: the mid size of ListOps and Pathfinder
     # (docs/mid.md), not calibrated here (no AAN data on that machine).
     c.max_length = 1000
-    c.batch_size = 16
-    c.eval_batch_size = 32
-    c.num_train_steps = 600
-    c.warmup_steps = 60
-    c.learning_rate = 2e-3
     c.weight_decay = 0.0
-    c.eval_every = c.checkpoint_every = 300
-    c.log_every = 100
-    m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 64, 4, 2, 128, 128
-    m.dropout = m.attention_dropout = 0.0
+    config_lib.use_uncalibrated_mid_settings(c, batch_size=16, eval_batch_size=32)
   if arg.fp16:
     m.dtype = 'float16'            # steps.py turns dynamic loss scaling on for float16
   return c
