@@ -41,7 +41,7 @@ def test_gamma_normalises_the_state_and_every_parameter_is_stable():
   # A white-noise input of variance 1 gives a stationary state of variance gamma^2 / (1 - r^2) = 1.
   noise = jax.random.normal(jax.random.key(2), (1, 20000, 64)).astype(jnp.complex64)
   lambda_ = lru.eigenvalues(nu_log, theta_log)
-  state = np.asarray(lru.s5.linear_recurrence(lambda_, noise * gamma))[0, 2000:]
+  state = np.asarray(jax.jit(lru.s5.linear_recurrence)(lambda_, noise * gamma))[0, 2000:]
   np.testing.assert_allclose(np.mean(np.abs(state)**2, axis=0), 1.0, rtol=0.25)
   # exp(-exp(nu)) < 1 for any nu: the recurrence cannot blow up whatever the parameters.
   wild = lru.eigenvalues(jnp.asarray([-30.0, 0.0, 30.0]), jnp.asarray([-5.0, 1.0, 5.0]))
@@ -78,13 +78,15 @@ def test_layer_equals_the_step_by_step_recurrence_values_and_gradients(bidirecti
   pure = {k: v[...] for k, v in nnx.to_flat_state(params)}
   names = {k[0]: k for k in pure}
   flat = {k[0]: v for k, v in pure.items()}
-  through_layer = lambda p: nnx.merge(graph, nnx.from_flat_state(
-      {names[k]: v for k, v in p.items()}))(u)
-  np.testing.assert_allclose(through_layer(flat), recurrence(flat, u, bidirectional),
+  # Compiled, both sides: eagerly the associative scan's ops take seconds to dispatch.
+  through_layer = jax.jit(lambda p: nnx.merge(graph, nnx.from_flat_state(
+      {names[k]: v for k, v in p.items()}))(u))
+  recurrence_of = jax.jit(recurrence, static_argnums=2)
+  np.testing.assert_allclose(through_layer(flat), recurrence_of(flat, u, bidirectional),
                              rtol=1e-4, atol=1e-5)
   weights = jnp.asarray(np.random.RandomState(4).normal(size=u.shape), jnp.float32)
   got = jax.grad(lambda p: jnp.sum(weights * through_layer(p)))(flat)
-  want = jax.grad(lambda p: jnp.sum(weights * recurrence(p, u, bidirectional)))(flat)
+  want = jax.grad(lambda p: jnp.sum(weights * recurrence_of(p, u, bidirectional)))(flat)
   for name in flat:
     np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
 
