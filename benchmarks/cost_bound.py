@@ -136,12 +136,17 @@ def rows(point: str, result: dict) -> list[dict]:
   return out
 
 
+FAR_ABOVE = 3.0  # bold in the table: a step more than 3x its bound
+
+
 def table(all_rows: list[dict]) -> str:
   lines = ['| point | model | step s (spread) | GFLOP / step | matmul GFLOP/s | bound s | '
            'step / bound |', '|---|---|---:|---:|---:|---:|---:|']
   for r in all_rows:
     bound = f"{r['bound_s']:.4f}" if r['bound_s'] else ''
-    ratio = f"**{r['step_over_bound']:.1f}**" if r['step_over_bound'] else ''
+    ratio = f"{r['step_over_bound']:.1f}" if r['step_over_bound'] else ''
+    if r['step_over_bound'] and r['step_over_bound'] > FAR_ABOVE:
+      ratio = f'**{ratio}**'
     gflop = f"{r['gflop']:.2f}" if r['gflop'] is not None else ''
     lines.append(f"| {r['point']} | {r['side']} | {r['step_s']:.4f} ({100 * r['spread']:.0f}%) | "
                  f"{gflop} | {r['matmul_gflops']:.0f} | {bound} | {ratio} |")
