@@ -37,6 +37,7 @@ ORDERINGS = (
     ('listops', 's4d', 'luna16', 'S4D > Luna-16 (60.47 vs 37.43)'),
     ('listops', 's5', 'luna16', 'S5 > Luna-16 (62.15 vs 37.43)'),
     ('listops', 's5', 's4d', 'S5 > S4D (62.15 vs 60.47)'),
+    ('listops', 'lru', 'luna16', 'LRU > Luna-16 (60.2 vs 37.43)'),
 )
 WITHIN_POINTS = 3.0  # "within a few points" (Luna-16 against the Transformer on ListOps)
 # Published full-size numbers not in the registry's Table 1 rows (design/published_rows.md).
