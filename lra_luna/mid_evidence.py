@@ -8,13 +8,18 @@ ordering of ORDERINGS whose two groups have finished: the difference of the mean
 Welch interval and one word, `reproduces` (the interval lies on the published side of 0),
 `reversed` (on the other side) or `not distinguishable` (it holds 0). With --figure it draws the
 accuracy per model per task, error bars one sample std, the published full-size value as a
-marker. A folder with no finished run is refused in one line.
+marker. A folder with no finished run is refused in one line. --listops_data and
+--pathfinder_data also print what one cue gives on a generated set: the first token of a ListOps
+expression, the distance between the two circles of a Pathfinder image.
 """
 
 import argparse
+import math
 import pathlib
 import statistics
 import sys
+
+import numpy as np
 
 from lra_luna import registry
 from lra_luna.report import runs as runs_lib
@@ -163,6 +168,48 @@ def first_token_baseline(folder) -> tuple[float, float]:
           100 * sum(guess.get(op) == v for op, v in test) / len(test))
 
 
+def circle_distances(inputs, resolution: int):
+  """The distance in pixels between the centres of the two circles of each Pathfinder image
+  (inputs uint8 [N, res * res]): the two largest blobs of full-intensity pixels (>= 250; paths
+  are drawn dimmer than the circles' filled discs); NaN where fewer than two blobs are found."""
+  from scipy import ndimage  # pylint: disable=import-outside-toplevel
+  distances = np.full(len(inputs), np.nan)
+  for i, pixels in enumerate(inputs):
+    bright = pixels.reshape(resolution, resolution) >= 250
+    labels, count = ndimage.label(bright)
+    if count < 2:
+      continue
+    sizes = ndimage.sum(bright, labels, range(1, count + 1))
+    largest = np.argsort(sizes)[-2:] + 1
+    (y1, x1), (y2, x2) = ndimage.center_of_mass(bright, labels, largest)
+    distances[i] = math.hypot(y1 - y2, x1 - x2)
+  return distances
+
+
+def circle_distance_baseline(root, resolution: int, difficulty: str) -> tuple[float, float]:
+  """(the test split's majority-class rate, and the accuracy of one threshold on the circles'
+  distance), test accuracy in percent, of the Pathfinder set <root>/pathfinder<res>/<difficulty
+  folder> split as training splits it: 'connected' when the circles are closer than the
+  threshold that is best on the training split; the majority class where no two circles are
+  found. By construction a positive's circles are the two ends of one path (at most its span
+  apart) and a negative's the ends of two paths, so the distance alone carries some of the label
+  where paths are short."""
+  from lra_luna.datasets import pathfinder  # pylint: disable=import-outside-toplevel
+  arrays = pathfinder.read_pathfinder(root, resolution, difficulty)
+  splits = pathfinder.split_in_file_order(arrays[0], arrays[1])
+  train, test = splits['train'], splits['test']
+  majority = int(np.bincount(train['targets'], minlength=2).argmax())
+  train_distance = circle_distances(train['inputs'], resolution)
+  test_distance = circle_distances(test['inputs'], resolution)
+  def predict(distance, threshold):
+    return np.where(np.isnan(distance), majority, distance < threshold)
+  thresholds = np.unique(train_distance[~np.isnan(train_distance)])
+  threshold = max(thresholds, key=lambda t: np.mean(predict(train_distance, t) == train['targets']))
+  test_majority = np.bincount(test['targets'], minlength=2).max() / len(test['targets'])
+  return (100 * float(test_majority),
+          100 * float(np.mean(predict(test_distance, threshold) == test['targets'])))
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('folder')
@@ -171,7 +218,21 @@ def main(argv=None) -> int:
   parser.add_argument('--listops_data', default='',
                       help='also print the majority class and the first-token baseline of the '
                       'ListOps set in this folder (e.g. data/store/listops-mid)')
+  parser.add_argument('--pathfinder_data', default='',
+                      help='also print the majority class and the circle-distance baseline of '
+                      'the Pathfinder set under this root (e.g. data/store/pathfinder-mid)')
+  parser.add_argument('--pathfinder_difficulty', default='easy',
+                      help="that set's difficulty: easy | intermediate | hard (32 x 32)")
   args = parser.parse_args(argv)
+  if args.pathfinder_data:
+    try:
+      majority, by_distance = circle_distance_baseline(args.pathfinder_data, 32,
+                                                       args.pathfinder_difficulty)
+    except (OSError, ValueError) as e:
+      sys.exit(f'error: --pathfinder_data {args.pathfinder_data}: {e}')
+    print(f'Pathfinder test set {args.pathfinder_data} ({args.pathfinder_difficulty}): majority '
+          f'class {majority:.1f}%, one threshold on the distance between the two circles '
+          f'{by_distance:.1f}%.')
   if args.listops_data:
     try:
       majority, first = first_token_baseline(args.listops_data)

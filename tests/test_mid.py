@@ -187,3 +187,27 @@ def test_first_token_baseline_predicts_each_operators_most_frequent_value(tmp_pa
   majority, first = mid_evidence.first_token_baseline(tmp_path)
   assert majority == pytest.approx(40.0)  # the most frequent test value (9 or 2): 2 of 5
   assert first == pytest.approx(40.0)     # MAX -> 9 right once, MIN -> 2 right once, SM unseen
+
+
+def test_circle_distances_match_the_generators_circle_centres():
+  from lra_luna import mid_evidence
+  samples = [pathfinder_gen.make_pathfinder_image(32, 'easy', seed=s) for s in range(12)]
+  measured = mid_evidence.circle_distances(np.stack([s.image.reshape(-1) for s in samples]), 32)
+  drawn = [np.hypot(*(s.circles[0] - s.circles[1])) for s in samples]
+  np.testing.assert_allclose(measured, drawn, atol=0.5)  # centroids of antialiased discs
+  one_disc = np.zeros((1, 32 * 32), np.uint8)
+  one_disc[0, 5 * 32 + 5] = 255
+  assert np.isnan(mid_evidence.circle_distances(one_disc, 32)[0])
+
+
+def test_circle_distance_baseline_prints_one_line_and_refuses_a_missing_set(tmp_path, capsys):
+  from lra_luna import mid_evidence
+  pathfinder_gen.generate_pathfinder(tmp_path / 'set', resolution=32, difficulty='easy',
+                                     num_images=40, images_per_batch=20, num_workers=1,
+                                     progress=False)
+  majority, by_distance = mid_evidence.circle_distance_baseline(tmp_path / 'set', 32, 'easy')
+  assert 50.0 <= majority <= 100.0 and 0.0 <= by_distance <= 100.0
+  assert by_distance * 4 / 100 == pytest.approx(round(by_distance * 4 / 100))  # 4 test images
+  with pytest.raises(SystemExit, match='--pathfinder_data') as error:
+    mid_evidence.main([str(tmp_path), '--pathfinder_data', str(tmp_path / 'missing')])
+  assert '\n' not in str(error.value)
