@@ -38,11 +38,14 @@ ORDERINGS = (
     ('pathfinder', 'luna16', 'transformer', 'Luna-16 > Transformer (78.4 vs 71.8)'),
     ('listops', 's4d+spt', 's4d', 'SPT S4D >= scratch S4D'),
     ('listops', 'luna16+spt', 'luna16', 'SPT Luna-16 > scratch Luna-16'),
-    # Across papers (each model's own Table 1 row): the SSMs above Luna-16 on ListOps.
+    # Across papers (each model's own Table 1 row): the SSMs above Luna-16.
     ('listops', 's4d', 'luna16', 'S4D > Luna-16 (60.47 vs 37.43)'),
     ('listops', 's5', 'luna16', 'S5 > Luna-16 (62.15 vs 37.43)'),
     ('listops', 's5', 's4d', 'S5 > S4D (62.15 vs 60.47)'),
     ('listops', 'lru', 'luna16', 'LRU > Luna-16 (60.2 vs 37.43)'),
+    ('pathfinder', 's4d', 'luna16', 'S4D > Luna-16 (93.06 vs 78.36)'),
+    ('pathfinder', 's5', 'luna16', 'S5 > Luna-16 (95.33 vs 78.36)'),
+    ('pathfinder', 'lru', 'luna16', 'LRU > Luna-16 (95.1 vs 78.36)'),
 )
 WITHIN_POINTS = 3.0  # "within a few points" (Luna-16 against the Transformer on ListOps)
 # Published full-size numbers not in the registry's Table 1 rows (design/published_rows.md).
