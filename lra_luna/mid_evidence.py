@@ -123,7 +123,7 @@ def figure(groups: dict, path: pathlib.Path) -> None:
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   tasks = [t for t in TASKS if any(task == t for task, _ in groups)]
-  fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
+  fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.6), squeeze=False)
   for ax, task in zip(axes[0], tasks):
     models = sorted(m for t, m in groups if t == task)
     marked = False
@@ -142,7 +142,8 @@ def figure(groups: dict, path: pathlib.Path) -> None:
                   ha='right')
     ax.set_title(f'{task} (mid)')
     ax.set_ylabel('test accuracy (%)')
-    ax.legend(fontsize=8)
+    # The legend below the axes, so that no marker hides behind it.
+    ax.legend(fontsize=8, loc='upper center', bbox_to_anchor=(0.5, -0.32), ncol=2)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
 
