@@ -202,16 +202,21 @@ def circle_distance_baseline(root, resolution: int, difficulty: str) -> tuple[fl
   arrays = pathfinder.read_pathfinder(root, resolution, difficulty)
   splits = pathfinder.split_in_file_order(arrays[0], arrays[1])
   train, test = splits['train'], splits['test']
-  majority = int(np.bincount(train['targets'], minlength=2).argmax())
-  train_distance = circle_distances(train['inputs'], resolution)
-  test_distance = circle_distances(test['inputs'], resolution)
+  test_majority = np.bincount(test['targets'], minlength=2).max() / len(test['targets'])
+  return 100 * float(test_majority), 100 * threshold_accuracy(
+      circle_distances(train['inputs'], resolution), train['targets'],
+      circle_distances(test['inputs'], resolution), test['targets'])
+
+
+def threshold_accuracy(train_distance, train_labels, test_distance, test_labels) -> float:
+  """Test accuracy of predicting 1 ('connected') below the distance threshold that is best on
+  the training pairs, and the training majority class where a distance is NaN."""
+  majority = int(np.bincount(train_labels, minlength=2).argmax())
   def predict(distance, threshold):
     return np.where(np.isnan(distance), majority, distance < threshold)
   thresholds = np.unique(train_distance[~np.isnan(train_distance)])
-  threshold = max(thresholds, key=lambda t: np.mean(predict(train_distance, t) == train['targets']))
-  test_majority = np.bincount(test['targets'], minlength=2).max() / len(test['targets'])
-  return (100 * float(test_majority),
-          100 * float(np.mean(predict(test_distance, threshold) == test['targets'])))
+  threshold = max(thresholds, key=lambda t: np.mean(predict(train_distance, t) == train_labels))
+  return float(np.mean(predict(test_distance, threshold) == test_labels))
 
 
 def main(argv=None) -> int:

@@ -211,3 +211,14 @@ def test_circle_distance_baseline_prints_one_line_and_refuses_a_missing_set(tmp_
   with pytest.raises(SystemExit, match='--pathfinder_data') as error:
     mid_evidence.main([str(tmp_path), '--pathfinder_data', str(tmp_path / 'missing')])
   assert '\n' not in str(error.value)
+
+
+def test_threshold_accuracy_fits_on_train_and_scores_test():
+  from lra_luna import mid_evidence
+  train_d = np.array([3.0, 5.0, 8.0, 20.0, 22.0, np.nan])
+  train_y = np.array([1, 1, 1, 0, 0, 0])  # a tie: the majority class is the lower one, 0
+  # Best train threshold: 20, the first distance above every positive: all six pairs right.
+  test_d = np.array([4.0, 19.0, 21.0, np.nan])
+  test_y = np.array([1, 1, 0, 1])
+  # 4 -> 1 right, 19 -> 1 right, 21 -> 0 right, NaN -> majority 0 wrong: 3 of 4.
+  assert mid_evidence.threshold_accuracy(train_d, train_y, test_d, test_y) == 0.75
