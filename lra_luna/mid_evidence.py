@@ -10,7 +10,8 @@ Welch interval and one word, `reproduces` (the interval lies on the published si
 accuracy per model per task, error bars one sample std, the published full-size value as a
 marker. A folder with no finished run is refused in one line. --listops_data and
 --pathfinder_data also print what one cue gives on a generated set: the first token of a ListOps
-expression, the distance between the two circles of a Pathfinder image.
+expression, the distance between the two circles of a Pathfinder image; for ListOps also what a
+masked-token pretraining can score (masked_token_baselines).
 """
 
 import argparse
@@ -148,18 +149,31 @@ def figure(groups: dict, path: pathlib.Path) -> None:
   fig.savefig(path, dpi=120)
 
 
+def listops_expressions(folder, split: str) -> list[tuple[list[str], str]]:
+  """(the expression's tokens without parentheses, as the model reads them; its value) of each
+  row of a ListOps split file (basic_<split>.tsv) in `folder`."""
+  from lra_luna.datasets import listops  # pylint: disable=import-outside-toplevel
+  path = pathlib.Path(folder) / listops.SPLIT_FILES[split]
+  rows = []
+  for number, line in enumerate(path.read_text(encoding='utf-8').splitlines()[1:], start=2):
+    fields = line.split('\t')
+    if len(fields) != 2:
+      raise ValueError(f'{path}, line {number}: expected "expression<TAB>value", got '
+                       f'{len(fields)} field(s); regenerate the set (data/generate_listops.py).')
+    rows.append(([t for t in fields[0].split() if t not in listops.PARENTHESES], fields[1]))
+  if not rows:
+    raise ValueError(f'{path} holds no expression; regenerate the set (data/generate_listops.py).')
+  return rows
+
+
 def first_token_baseline(folder) -> tuple[float, float]:
   """(the test split's majority-class rate, as the probe's, and the best guess from the first
   token alone), test accuracy in percent, of a
   ListOps set (basic_train.tsv / basic_test.tsv in `folder`): the outermost operator's most
   frequent value in training, predicted for every test expression with that operator. What a
   model gets from a window of one token at the start."""
-  from lra_luna.datasets import listops  # pylint: disable=import-outside-toplevel
-  def rows(name):
-    lines = (pathlib.Path(folder) / name).read_text(encoding='utf-8').splitlines()[1:]
-    return [(next(t for t in e.split() if t not in listops.PARENTHESES), v)
-            for e, v in (line.split('\t') for line in lines)]
-  train, test = rows(listops.SPLIT_FILES['train']), rows(listops.SPLIT_FILES['test'])
+  train = [(tokens[0], v) for tokens, v in listops_expressions(folder, 'train')]
+  test = [(tokens[0], v) for tokens, v in listops_expressions(folder, 'test')]
   by_operator = {}
   for operator, value in train:
     counts = by_operator.setdefault(operator, {})
@@ -170,6 +184,46 @@ def first_token_baseline(folder) -> tuple[float, float]:
     overall[value] = overall.get(value, 0) + 1
   return (100 * max(overall.values()) / len(test),
           100 * sum(guess.get(op) == v for op, v in test) / len(test))
+
+
+def masked_token_baselines(train: list[list[str]], test: list[list[str]]) -> dict[str, float]:
+  """What a masked-token objective (every token equally likely masked) can score on ListOps
+  expressions (token lists without parentheses), accuracy in percent over the test tokens:
+  - 'frequency': always the most frequent training token (the token check's reference point);
+  - 'neighbours': the most frequent training token between the same left and right neighbours
+    (start and end count as neighbours), both visible: an objective-free local baseline;
+  - 'kind ceiling': every ']' right, and for an operator or a value the most frequent of its
+    kind. LRA's generator draws each operator and each value independently and uniformly, so
+    no context says which operator or value a masked one is: knowing only where the brackets,
+    operators and values are is all a model can learn, and this is its accuracy."""
+  def kind(token):
+    return 'close' if token == ']' else 'operator' if token.startswith('[') else 'value'
+  counts, by_context = {}, {}
+  for tokens in train:
+    padded = ['<s>', *tokens, '</s>']
+    for left, token, right in zip(padded, padded[1:], padded[2:]):
+      counts[token] = counts.get(token, 0) + 1
+      context = by_context.setdefault((left, right), {})
+      context[token] = context.get(token, 0) + 1
+  most_frequent = max(counts, key=counts.get)
+  by_kind = {}
+  for token, count in counts.items():
+    best = by_kind.get(kind(token))
+    if best is None or count > counts[best]:
+      by_kind[kind(token)] = token
+  guess = {context: max(c, key=c.get) for context, c in by_context.items()}
+  right = {'frequency': 0, 'neighbours': 0, 'kind ceiling': 0}
+  total = 0
+  for tokens in test:
+    padded = ['<s>', *tokens, '</s>']
+    for left, token, after in zip(padded, padded[1:], padded[2:]):
+      total += 1
+      right['frequency'] += token == most_frequent
+      right['neighbours'] += token == guess.get((left, after), most_frequent)
+      right['kind ceiling'] += token == by_kind.get(kind(token))
+  if total == 0:
+    raise ValueError('masked_token_baselines: no test token; check the ListOps set.')
+  return {name: 100 * r / total for name, r in right.items()}
 
 
 def circle_distances(inputs, resolution: int):
@@ -245,10 +299,18 @@ def main(argv=None) -> int:
   if args.listops_data:
     try:
       majority, first = first_token_baseline(args.listops_data)
+      masked = masked_token_baselines(
+          [t for t, _ in listops_expressions(args.listops_data, 'train')],
+          [t for t, _ in listops_expressions(args.listops_data, 'test')])
     except OSError as e:
       sys.exit(f'error: --listops_data {args.listops_data}: {e.strerror}: {e.filename}')
+    except ValueError as e:
+      sys.exit(f'error: --listops_data {args.listops_data}: {e}')
     print(f'ListOps test set {args.listops_data}: majority class {majority:.1f}%, the first '
           f'token (the outermost operator) alone {first:.1f}%.')
+    print(f'ListOps masked tokens (test tokens): the most frequent token {masked["frequency"]:.1f}%, '
+          f'the most frequent between the same two neighbours {masked["neighbours"]:.1f}%, '
+          f'the ceiling of knowing each token\'s kind {masked["kind ceiling"]:.1f}%.')
   try:
     results = runs_lib.load_results(args.folder)
   except (FileNotFoundError, ValueError) as e:

@@ -189,6 +189,44 @@ def test_first_token_baseline_predicts_each_operators_most_frequent_value(tmp_pa
   assert first == pytest.approx(40.0)     # MAX -> 9 right once, MIN -> 2 right once, SM unseen
 
 
+def test_masked_token_baselines_match_hand_counts():
+  from lra_luna import mid_evidence
+  train = [['[MAX', '1', ']'], ['[MAX', '2', ']'], ['[MAX', '2', ']'], ['[MIN', '1', ']'],
+           ['[MIN', '1', ']']]
+  test = [['[MIN', '1', ']'], ['[MAX', '1', ']'], ['5']]
+  scores = mid_evidence.masked_token_baselines(train, test)
+  # Always ']' (5 of 15 training tokens): the two ']' of 7 test tokens.
+  assert scores['frequency'] == pytest.approx(100 * 2 / 7)
+  # Between (start, 1): [MIN (2 against 1); between ([MAX, ]): 2; between ([MIN, ]): 1; the
+  # unseen (start, end) falls back to ']': [MIN 1 ] all right, [MAX 1 ] only its ']'.
+  assert scores['neighbours'] == pytest.approx(100 * 4 / 7)
+  # The most frequent of each kind: [MAX, 1 and ]: all but [MIN and 5.
+  assert scores['kind ceiling'] == pytest.approx(100 * 5 / 7)
+  with pytest.raises(ValueError, match='no test token'):
+    mid_evidence.masked_token_baselines(train, [])
+
+
+def test_listops_data_prints_the_first_token_and_masked_token_baselines(tmp_path, capsys):
+  from lra_luna import mid_evidence
+  header = 'Source\tTarget\n'
+  (tmp_path / 'basic_train.tsv').write_text(header + '( ( [MAX 9 ) 3 ] )\t9\n')
+  (tmp_path / 'basic_test.tsv').write_text(header + '( ( [MAX 8 ) 9 ] )\t9\n')
+  _result(tmp_path / 'runs', 'listops', 's4d', 0, 0.3)
+  assert mid_evidence.main([str(tmp_path / 'runs'), '--listops_data', str(tmp_path)]) == 0
+  out = capsys.readouterr().out
+  assert 'the first token (the outermost operator) alone 100.0%' in out
+  # Training tokens [MAX 9 3 ] once each: the first, [MAX, is the most frequent and the value
+  # 9; of the test tokens [MAX 8 9 ] always [MAX gets 1, the kinds' [MAX 9 ] get 3.
+  assert 'the most frequent token 25.0%' in out and "each token's kind 75.0%" in out
+  with pytest.raises(SystemExit, match='--listops_data') as error:
+    mid_evidence.main([str(tmp_path / 'runs'), '--listops_data', str(tmp_path / 'missing')])
+  assert '\n' not in str(error.value)
+  (tmp_path / 'basic_test.tsv').write_text(header + '( [MAX 8 ] )\t9\n( [MAX 9 ] )\n')
+  with pytest.raises(SystemExit, match=r'basic_test.tsv, line 3: expected') as error:
+    mid_evidence.main([str(tmp_path / 'runs'), '--listops_data', str(tmp_path)])
+  assert '\n' not in str(error.value)
+
+
 def test_circle_distances_match_the_generators_circle_centres():
   from lra_luna import mid_evidence
   samples = [pathfinder_gen.make_pathfinder_image(32, 'easy', seed=s) for s in range(12)]
