@@ -172,8 +172,14 @@ def first_token_baseline(folder) -> tuple[float, float]:
   ListOps set (basic_train.tsv / basic_test.tsv in `folder`): the outermost operator's most
   frequent value in training, predicted for every test expression with that operator. What a
   model gets from a window of one token at the start."""
-  train = [(tokens[0], v) for tokens, v in listops_expressions(folder, 'train')]
-  test = [(tokens[0], v) for tokens, v in listops_expressions(folder, 'test')]
+  return first_token_scores(listops_expressions(folder, 'train'),
+                            listops_expressions(folder, 'test'))
+
+
+def first_token_scores(train_rows, test_rows) -> tuple[float, float]:
+  """first_token_baseline on rows already read (listops_expressions)."""
+  train = [(tokens[0], v) for tokens, v in train_rows]
+  test = [(tokens[0], v) for tokens, v in test_rows]
   by_operator = {}
   for operator, value in train:
     counts = by_operator.setdefault(operator, {})
@@ -196,8 +202,10 @@ def masked_token_baselines(train: list[list[str]], test: list[list[str]]) -> dic
     kind. LRA's generator draws each operator and each value independently and uniformly, so
     no context says which operator or value a masked one is: knowing only where the brackets,
     operators and values are is all a model can learn, and this is its accuracy."""
+  from lra_luna.datasets import listops  # pylint: disable=import-outside-toplevel
   def kind(token):
-    return 'close' if token == ']' else 'operator' if token.startswith('[') else 'value'
+    return ('close' if token == listops.CLOSE else
+            'operator' if token in listops.OPERATORS else 'value')
   counts, by_context = {}, {}
   for tokens in train:
     padded = ['<s>', *tokens, '</s>']
@@ -298,10 +306,10 @@ def main(argv=None) -> int:
           f'{by_distance:.1f}%.')
   if args.listops_data:
     try:
-      majority, first = first_token_baseline(args.listops_data)
-      masked = masked_token_baselines(
-          [t for t, _ in listops_expressions(args.listops_data, 'train')],
-          [t for t, _ in listops_expressions(args.listops_data, 'test')])
+      train = listops_expressions(args.listops_data, 'train')
+      test = listops_expressions(args.listops_data, 'test')
+      majority, first = first_token_scores(train, test)
+      masked = masked_token_baselines([t for t, _ in train], [t for t, _ in test])
     except OSError as e:
       sys.exit(f'error: --listops_data {args.listops_data}: {e.strerror}: {e.filename}')
     except ValueError as e:

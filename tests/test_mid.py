@@ -225,6 +225,10 @@ def test_listops_data_prints_the_first_token_and_masked_token_baselines(tmp_path
   with pytest.raises(SystemExit, match=r'basic_test.tsv, line 3: expected') as error:
     mid_evidence.main([str(tmp_path / 'runs'), '--listops_data', str(tmp_path)])
   assert '\n' not in str(error.value)
+  (tmp_path / 'basic_test.tsv').write_text(header)
+  with pytest.raises(SystemExit, match=r'basic_test.tsv holds no expression') as error:
+    mid_evidence.main([str(tmp_path / 'runs'), '--listops_data', str(tmp_path)])
+  assert '\n' not in str(error.value)
 
 
 def test_circle_distances_match_the_generators_circle_centres():
