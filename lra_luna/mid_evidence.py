@@ -38,6 +38,11 @@ ORDERINGS = (
     ('listops', 'luna16', 'transformer', 'Luna-16 within a few points of the Transformer'),
     ('pathfinder', 'luna16', 'transformer', 'Luna-16 > Transformer (78.4 vs 71.8)'),
     ('listops', 's4d+spt', 's4d', 'SPT S4D >= scratch S4D'),
+    # Miralles-González et al. 2025: with rotary positions a Transformer closes LRA's gaps.
+    ('listops', 'transformer+rotary', 'transformer',
+     'rotary Transformer > learned-position Transformer'),
+    ('pathfinder', 'transformer+rotary', 'transformer',
+     'rotary Transformer > learned-position Transformer'),
     ('listops', 'luna16+spt', 'luna16', 'SPT Luna-16 > scratch Luna-16'),
     # Across papers (each model's own Table 1 row): the SSMs above Luna-16.
     ('listops', 's4d', 'luna16', 'S4D > Luna-16 (60.47 vs 37.43)'),

@@ -129,6 +129,15 @@ def test_the_mid_campaign_plans_spt_and_rotary_groups_with_their_words(tmp_path)
     assert (config.model.positions == 'rotary') == (model == 'transformer+rotary')
 
 
+def test_every_ordering_names_groups_the_mid_campaign_runs():
+  from lra_luna import mid_evidence
+  spec = spec_lib.load_spec(spec_lib.SPEC_DIR / 'mid.py')
+  for task, better, worse, _ in mid_evidence.ORDERINGS:
+    assert task in spec.tasks and {better, worse} <= set(spec.models), (task, better, worse)
+  assert ('listops', 'transformer+rotary', 'transformer') in {
+      o[:3] for o in mid_evidence.ORDERINGS}
+
+
 def test_welch_interval_matches_scipys_and_the_verdicts():
   from scipy import stats  # pylint: disable=import-outside-toplevel
   from lra_luna import mid_evidence
