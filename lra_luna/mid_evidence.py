@@ -44,6 +44,8 @@ ORDERINGS = (
     ('pathfinder', 'transformer+rotary', 'transformer',
      'rotary Transformer > learned-position Transformer'),
     ('listops', 'luna16+spt', 'luna16', 'SPT Luna-16 > scratch Luna-16'),
+    ('pathfinder', 's4d+spt', 's4d', 'SPT S4D >= scratch S4D'),
+    ('pathfinder', 'luna16+spt', 'luna16', 'SPT Luna-16 > scratch Luna-16'),
     # Across papers (each model's own Table 1 row): the SSMs above Luna-16.
     ('listops', 's4d', 'luna16', 'S4D > Luna-16 (60.47 vs 37.43)'),
     ('listops', 's5', 'luna16', 'S5 > Luna-16 (62.15 vs 37.43)'),
