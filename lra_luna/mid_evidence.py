@@ -199,6 +199,101 @@ def first_token_scores(train_rows, test_rows) -> tuple[float, float]:
           100 * sum(guess.get(op) == v for op, v in test) / len(test))
 
 
+def read_prefix(tokens: list[str], window: int) -> tuple[list, int | None]:
+  """The first `window` tokens of a ListOps expression (tokens without parentheses) as (its open
+  operator nodes, outermost first, each (operator, its closed children's values); the
+  expression's value where the window closes it, else None)."""
+  from lra_luna.datasets import listops  # pylint: disable=import-outside-toplevel
+  stack = []
+  for token in tokens[:window]:
+    if token in listops.OPERATORS:
+      stack.append((token, []))
+      continue
+    value = listops.apply_operator(*stack.pop()) if token == listops.CLOSE else int(token)
+    if not stack:
+      return [], value
+    stack[-1][1].append(value)
+  return stack, None
+
+
+def completion_labels(tokens: list[str], window: int, settings: dict, rng,
+                      samples: int) -> list[int]:
+  """Labels of `samples` completions of an expression's first `window` tokens, drawn from LRA's
+  generator (lra_luna.datasets.listops) conditioned on that prefix: each open node's arity
+  uniform over what its seen children allow, further arguments drawn as the generator draws
+  them at their depth, and only completions whose length the set keeps (min_length < tokens <
+  max_length, the generation record's `settings`). The share of the most frequent label is
+  the best a reader of those tokens can score on that expression (the Bayes rule), up to
+  sampling noise."""
+  from lra_luna.datasets import listops  # pylint: disable=import-outside-toplevel
+  max_depth, max_args = settings['max_depth'], settings['max_args']
+  stack, value = read_prefix(tokens, window)
+  if value is not None:  # the window holds the whole expression
+    return [value] * samples
+  uniforms = iter(rng.random(1 << 20).tolist())
+  length = 0
+
+  def subtree(depth):  # the generator's node(): its draws in its order, its length count
+    nonlocal length
+    length += 1
+    if length >= settings['max_length']:
+      raise OverflowError
+    if depth < max_depth and next(uniforms) < listops.OPERATOR_PROBABILITY:
+      arity = listops.MIN_ARGS + int(next(uniforms) * (max_args - listops.MIN_ARGS + 1))
+      operator = listops.OPERATORS[int(next(uniforms) * len(listops.OPERATORS))]
+      values = [subtree(depth + 1) for _ in range(arity)]
+      length += 1
+      return listops.apply_operator(operator, values)
+    return int(next(uniforms) * listops.NUM_CLASSES)
+
+  labels = []
+  for _ in range(100 * samples):  # a prefix that few kept lengths complete returns fewer
+    if len(labels) == samples:
+      break
+    length = min(window, len(tokens))
+    open_child = None
+    try:
+      for depth, (operator, values) in reversed(list(enumerate(stack, start=1))):
+        children = [*values, *([] if open_child is None else [open_child])]
+        low = max(listops.MIN_ARGS, len(children))
+        arity = low + int(next(uniforms) * (max_args - low + 1))
+        children += [subtree(depth + 1) for _ in range(arity - len(children))]
+        length += 1  # its `]`
+        open_child = listops.apply_operator(operator, children)
+    except OverflowError:
+      continue
+    except StopIteration:
+      uniforms = iter(rng.random(1 << 20).tolist())
+      continue
+    if settings['min_length'] < length < settings['max_length']:
+      labels.append(open_child)
+  return labels
+
+
+def start_window_bayes(test_rows, windows, settings: dict, *, examples: int = 300,
+                       samples: int = 40, seed: int = 0) -> list[tuple[int, float, float]]:
+  """What the first w tokens of a ListOps expression can give at best: for each window w,
+  (w, the accuracy of the Bayes rule estimated on the first `examples` test expressions, the
+  mean share of its most frequent label), in percent. Each expression's label posterior is
+  `samples` completions of its first w tokens (completion_labels); the rule predicts the most
+  frequent. With few samples the first figure is a little low and the second a little high."""
+  rng = np.random.default_rng(seed)
+  rows = []
+  for window in windows:
+    right, top = [], []
+    for tokens, value in test_rows[:examples]:
+      labels = completion_labels(tokens, window, settings, rng, samples)
+      if not labels:  # no kept length completes this prefix in 100 x samples draws
+        continue
+      counts = np.bincount(labels, minlength=10)
+      right.append(counts.argmax() == int(value))
+      top.append(counts.max() / len(labels))
+    if not right:
+      raise ValueError(f'no test expression could be completed at window {window}.')
+    rows.append((window, 100 * float(np.mean(right)), 100 * float(np.mean(top))))
+  return rows
+
+
 def masked_token_baselines(train: list[list[str]], test: list[list[str]]) -> dict[str, float]:
   """What a masked-token objective (every token equally likely masked) can score on ListOps
   expressions (token lists without parentheses), accuracy in percent over the test tokens:
@@ -312,11 +407,20 @@ def main(argv=None) -> int:
           f'class {majority:.1f}%, one threshold on the distance between the two circles '
           f'{by_distance:.1f}%.')
   if args.listops_data:
+    from lra_luna.datasets import listops  # pylint: disable=import-outside-toplevel
     try:
       train = listops_expressions(args.listops_data, 'train')
       test = listops_expressions(args.listops_data, 'test')
       majority, first = first_token_scores(train, test)
       masked = masked_token_baselines([t for t, _ in train], [t for t, _ in test])
+      record = listops.generation_record(args.listops_data)
+      # A release folder has no record: LRA's own generator settings made it.
+      settings = record['settings'] if record else dict(
+          min_length=500, max_length=2000, max_depth=10, max_args=10)
+      # 1 token, 1/8 of the median input and 1/8 of the longest kept (the probe's windows).
+      windows = (1, max(1, sorted(len(t) for t, _ in test)[len(test) // 2] // 8),
+                 max(1, settings['max_length'] // 8))
+      bayes = start_window_bayes(test, windows, settings)
     except OSError as e:
       sys.exit(f'error: --listops_data {args.listops_data}: {e.strerror}: {e.filename}')
     except ValueError as e:
@@ -326,6 +430,10 @@ def main(argv=None) -> int:
     print(f'ListOps masked tokens (test tokens): the most frequent token {masked["frequency"]:.1f}%, '
           f'the most frequent between the same two neighbours {masked["neighbours"]:.1f}%, '
           f'the ceiling of knowing each token\'s kind {masked["kind ceiling"]:.1f}%.')
+    print('ListOps start windows (the best reader of the first w tokens, from completions drawn '
+          'by the generator): ' + ', '.join(
+              f'w = {w}: {accuracy:.1f}% (mean top share {top:.1f}%)'
+              for w, accuracy, top in bayes) + '; the whole input: 100%.')
   try:
     results = runs_lib.load_results(args.folder)
   except (FileNotFoundError, ValueError) as e:

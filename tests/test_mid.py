@@ -215,6 +215,46 @@ def test_masked_token_baselines_match_hand_counts():
     mid_evidence.masked_token_baselines(train, [])
 
 
+def test_read_prefix_closes_subtrees_and_keeps_the_open_nodes():
+  from lra_luna import mid_evidence
+  tokens = ['[MAX', '3', '[MIN', '0', '5', ']', '7', ']']
+  assert mid_evidence.read_prefix(tokens, 3) == ([('[MAX', [3]), ('[MIN', [])], None)
+  assert mid_evidence.read_prefix(tokens, 6) == ([('[MAX', [3, 0])], None)
+  assert mid_evidence.read_prefix(tokens, 8) == ([], 7)
+
+
+# Children of the root are digits (depth 2 > max_depth 1), arity 2..3: [MAX 3 5 then either `]`
+# (arity 2, label 5) or one uniform digit d and `]` (label max(5, d)).
+_TINY = dict(max_depth=1, max_args=3, min_length=0, max_length=100)
+
+
+def test_completion_labels_follow_the_generator_given_the_prefix():
+  from lra_luna import mid_evidence
+  rng = np.random.default_rng(0)
+  tokens = ['[MAX', '3', '5', ']']
+  assert mid_evidence.completion_labels(tokens, 4, _TINY, rng, 7) == [5] * 7  # all of it seen
+  labels = np.array(mid_evidence.completion_labels(tokens, 3, _TINY, rng, 4000))
+  assert set(labels) <= {5, 6, 7, 8, 9}
+  # P(5) = 1/2 (arity 2) + 1/2 * 6/10 (arity 3, d <= 5); each of 6..9: 1/2 * 1/10.
+  assert np.mean(labels == 5) == pytest.approx(0.8, abs=0.03)
+  assert np.mean(labels == 9) == pytest.approx(0.05, abs=0.015)
+  # Only kept lengths (min_length < tokens): arity 2 gives 4 tokens and is dropped, so the
+  # third digit is always there: P(5) = 6/10.
+  labels = np.array(mid_evidence.completion_labels(tokens, 3, {**_TINY, 'min_length': 4}, rng,
+                                                   4000))
+  assert np.mean(labels == 5) == pytest.approx(0.6, abs=0.03)
+
+
+def test_start_window_bayes_predicts_the_most_likely_label():
+  from lra_luna import mid_evidence
+  rows = [(['[MAX', '3', '5', ']'], '5'), (['[MAX', '3', '5', '9', ']'], '9')]
+  (_, whole, whole_top), (_, prefix, prefix_top) = mid_evidence.start_window_bayes(
+      rows, (5, 3), _TINY, samples=2000)
+  assert whole == 100 and whole_top == 100
+  # From [MAX 3 5 the rule says 5 (P = 0.8): right for the first expression only.
+  assert prefix == 50 and prefix_top == pytest.approx(80, abs=3)
+
+
 def test_listops_data_prints_the_first_token_and_masked_token_baselines(tmp_path, capsys):
   from lra_luna import mid_evidence
   header = 'Source\tTarget\n'
@@ -227,6 +267,8 @@ def test_listops_data_prints_the_first_token_and_masked_token_baselines(tmp_path
   # Training tokens [MAX 9 3 ] once each: the first, [MAX, is the most frequent and the value
   # 9; of the test tokens [MAX 8 9 ] always [MAX gets 1, the kinds' [MAX 9 ] get 3.
   assert 'the most frequent token 25.0%' in out and "each token's kind 75.0%" in out
+  # No generation record: LRA's settings; windows 1, 1 and 2000 / 8 (all of it).
+  assert 'w = 1: ' in out and 'w = 250: 100.0% (mean top share 100.0%)' in out
   with pytest.raises(SystemExit, match='--listops_data') as error:
     mid_evidence.main([str(tmp_path / 'runs'), '--listops_data', str(tmp_path / 'missing')])
   assert '\n' not in str(error.value)

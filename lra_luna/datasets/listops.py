@@ -48,7 +48,8 @@ def _median_int(values: list) -> int:
   return (ordered[middle - 1] + ordered[middle]) // 2  # values are >= 0, so // is int()
 
 
-def _apply(operator: str, values: list) -> int:
+def apply_operator(operator: str, values: list) -> int:
+  """The value of a ListOps operator token ('[MAX', ...) over its arguments' values."""
   if operator == '[MIN':
     return min(values)
   if operator == '[MAX':
@@ -80,7 +81,7 @@ def evaluate_expression(text: str) -> int:
       operator, values = frames.pop()
       if not values:
         raise ValueError(f'{operator} has no arguments')
-      value = _apply(operator, values)
+      value = apply_operator(operator, values)
       if frames:
         frames[-1][1].append(value)
       else:
@@ -133,7 +134,7 @@ def _tree_sampler(rng: np.random.Generator, max_depth: int, max_args: int, max_l
         pieces.append(' )')
       length += 1
       pieces.append(' ] )')
-      return _apply(operator, values)
+      return apply_operator(operator, values)
     digit = int(next_uniform() * 10)
     pieces.append(' ' + DIGITS[digit])
     return digit
