@@ -270,11 +270,12 @@ def completion_labels(tokens: list[str], window: int, settings: dict, rng,
   return labels
 
 
-def start_window_bayes(test_rows, windows, settings: dict, *, examples: int = 300,
-                       samples: int = 40, seed: int = 0) -> list[tuple[int, float, float]]:
+def start_window_bayes(test_rows, windows, settings: dict, *, examples: int = 1000,
+                       samples: int = 40, seed: int = 0) -> list[tuple]:
   """What the first w tokens of a ListOps expression can give at best: for each window w,
-  (w, the accuracy of the Bayes rule estimated on the first `examples` test expressions, the
-  mean share of its most frequent label), in percent. Each expression's label posterior is
+  (w, the accuracy of the Bayes rule estimated on the first `examples` test expressions, that
+  estimate's 95% half-width over the expressions, the mean share of its most frequent label), in
+  percent. Each expression's label posterior is
   `samples` completions of its first w tokens (completion_labels); the rule predicts the most
   frequent. With few samples the first figure is a little low and the second a little high."""
   rng = np.random.default_rng(seed)
@@ -290,7 +291,9 @@ def start_window_bayes(test_rows, windows, settings: dict, *, examples: int = 30
       top.append(counts.max() / len(labels))
     if not right:
       raise ValueError(f'no test expression could be completed at window {window}.')
-    rows.append((window, 100 * float(np.mean(right)), 100 * float(np.mean(top))))
+    accuracy = float(np.mean(right))
+    half_width = 1.96 * math.sqrt(accuracy * (1 - accuracy) / len(right))
+    rows.append((window, 100 * accuracy, 100 * half_width, 100 * float(np.mean(top))))
   return rows
 
 
@@ -432,8 +435,8 @@ def main(argv=None) -> int:
           f'the ceiling of knowing each token\'s kind {masked["kind ceiling"]:.1f}%.')
     print('ListOps start windows (the best reader of the first w tokens, from completions drawn '
           'by the generator): ' + ', '.join(
-              f'w = {w}: {accuracy:.1f}% (mean top share {top:.1f}%)'
-              for w, accuracy, top in bayes) + '; the whole input: 100%.')
+              f'w = {w}: {accuracy:.1f}% ± {half:.1f} (mean top share {top:.1f}%)'
+              for w, accuracy, half, top in bayes) + '; the whole input: 100%.')
   try:
     results = runs_lib.load_results(args.folder)
   except (FileNotFoundError, ValueError) as e:

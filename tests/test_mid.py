@@ -248,9 +248,10 @@ def test_completion_labels_follow_the_generator_given_the_prefix():
 def test_start_window_bayes_predicts_the_most_likely_label():
   from lra_luna import mid_evidence
   rows = [(['[MAX', '3', '5', ']'], '5'), (['[MAX', '3', '5', '9', ']'], '9')]
-  (_, whole, whole_top), (_, prefix, prefix_top) = mid_evidence.start_window_bayes(
-      rows, (5, 3), _TINY, samples=2000)
-  assert whole == 100 and whole_top == 100
+  (_, whole, whole_half, whole_top), (_, prefix, prefix_half, prefix_top) = (
+      mid_evidence.start_window_bayes(rows, (5, 3), _TINY, samples=2000))
+  assert whole == 100 and whole_half == 0 and whole_top == 100
+  assert prefix_half == pytest.approx(100 * 1.96 * (0.5 * 0.5 / 2) ** 0.5)
   # From [MAX 3 5 the rule says 5 (P = 0.8): right for the first expression only.
   assert prefix == 50 and prefix_top == pytest.approx(80, abs=3)
 
@@ -268,7 +269,7 @@ def test_listops_data_prints_the_first_token_and_masked_token_baselines(tmp_path
   # 9; of the test tokens [MAX 8 9 ] always [MAX gets 1, the kinds' [MAX 9 ] get 3.
   assert 'the most frequent token 25.0%' in out and "each token's kind 75.0%" in out
   # No generation record: LRA's settings; windows 1, 1 and 2000 / 8 (all of it).
-  assert 'w = 1: ' in out and 'w = 250: 100.0% (mean top share 100.0%)' in out
+  assert 'w = 1: ' in out and 'w = 250: 100.0% ± 0.0 (mean top share 100.0%)' in out
   with pytest.raises(SystemExit, match='--listops_data') as error:
     mid_evidence.main([str(tmp_path / 'runs'), '--listops_data', str(tmp_path / 'missing')])
   assert '\n' not in str(error.value)
