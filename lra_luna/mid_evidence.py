@@ -167,7 +167,23 @@ def listops_expressions(folder, split: str) -> list[tuple[list[str], str]]:
     if len(fields) != 2:
       raise ValueError(f'{path}, line {number}: expected "expression<TAB>value", got '
                        f'{len(fields)} field(s); regenerate the set (data/generate_listops.py).')
-    rows.append(([t for t in fields[0].split() if t not in listops.PARENTHESES], fields[1]))
+    tokens = [t for t in fields[0].split() if t not in listops.PARENTHESES]
+    known = {*listops.OPERATORS, listops.CLOSE, *listops.DIGITS}
+    unknown = sorted(set(tokens) - known | ({fields[1]} - set(listops.DIGITS)))
+    if unknown:
+      raise ValueError(f'{path}, line {number}: unknown token(s) {unknown}; regenerate the set '
+                       '(data/generate_listops.py).')
+    try:
+      value = read_prefix(tokens, len(tokens))[1]
+      if read_prefix(tokens, len(tokens) - 1)[1] is not None:  # tokens after the tree closed
+        value = None
+    except IndexError:  # a `]` with no open operator
+      value = None
+    if value != int(fields[1]):
+      raise ValueError(f'{path}, line {number}: the expression '
+                       f'{"is not one complete tree" if value is None else f"evaluates to {value}"}'
+                       f', its label is {fields[1]}; regenerate the set (data/generate_listops.py).')
+    rows.append((tokens, fields[1]))
   if not rows:
     raise ValueError(f'{path} holds no expression; regenerate the set (data/generate_listops.py).')
   return rows

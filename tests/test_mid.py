@@ -273,10 +273,19 @@ def test_listops_data_prints_the_first_token_and_masked_token_baselines(tmp_path
   with pytest.raises(SystemExit, match='--listops_data') as error:
     mid_evidence.main([str(tmp_path / 'runs'), '--listops_data', str(tmp_path / 'missing')])
   assert '\n' not in str(error.value)
-  (tmp_path / 'basic_test.tsv').write_text(header + '( [MAX 8 ] )\t9\n( [MAX 9 ] )\n')
+  (tmp_path / 'basic_test.tsv').write_text(header + '( [MAX 8 ] )\t8\n( [MAX 9 ] )\n')
   with pytest.raises(SystemExit, match=r'basic_test.tsv, line 3: expected') as error:
     mid_evidence.main([str(tmp_path / 'runs'), '--listops_data', str(tmp_path)])
   assert '\n' not in str(error.value)
+  for row, message in [('( ( [MAX 8 ) 9 ] )\t8', 'evaluates to 9, its label is 8'),
+                       ('( ( [MAX 8 ) 9 )\t9', 'is not one complete tree'),
+                       ('( ( [MAX 8 ) 9 ] ) ]\t9', 'is not one complete tree'),
+                       ('( ( [MAX 8 ) 9 ] ) 4\t9', 'is not one complete tree'),
+                       ('( ( [MAX 8 ) x ] )\t9', "unknown token\\(s\\) \\['x'\\]")]:
+    (tmp_path / 'basic_test.tsv').write_text(header + row + '\n')
+    with pytest.raises(SystemExit, match=r'basic_test.tsv, line 2: .*' + message) as error:
+      mid_evidence.main([str(tmp_path / 'runs'), '--listops_data', str(tmp_path)])
+    assert '\n' not in str(error.value)
   (tmp_path / 'basic_test.tsv').write_text(header)
   with pytest.raises(SystemExit, match=r'basic_test.tsv holds no expression') as error:
     mid_evidence.main([str(tmp_path / 'runs'), '--listops_data', str(tmp_path)])
