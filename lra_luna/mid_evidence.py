@@ -15,6 +15,7 @@ masked-token pretraining can score (masked_token_baselines).
 """
 
 import argparse
+import inspect
 import math
 import pathlib
 import statistics
@@ -291,9 +292,9 @@ def start_window_bayes(test_rows, windows, settings: dict, *, examples: int = 10
   """What the first w tokens of a ListOps expression can give at best: for each window w,
   (w, the accuracy of the Bayes rule estimated on the first `examples` test expressions, that
   estimate's 95% half-width over the expressions, the mean share of its most frequent label), in
-  percent. Each expression's label posterior is
-  `samples` completions of its first w tokens (completion_labels); the rule predicts the most
-  frequent. With few samples the first figure is a little low and the second a little high."""
+  percent. Each expression's label posterior is `samples` completions of its first w tokens
+  (completion_labels); the rule predicts the most frequent. With few samples the accuracy is a
+  little low and the mean top share a little high."""
   rng = np.random.default_rng(seed)
   rows = []
   for window in windows:
@@ -433,9 +434,10 @@ def main(argv=None) -> int:
       majority, first = first_token_scores(train, test)
       masked = masked_token_baselines([t for t, _ in train], [t for t, _ in test])
       record = listops.generation_record(args.listops_data)
-      # A release folder has no record: LRA's own generator settings made it.
-      settings = record['settings'] if record else dict(
-          min_length=500, max_length=2000, max_depth=10, max_args=10)
+      # A release folder has no record: LRA's own settings made it, our generator's defaults.
+      settings = record['settings'] if record else {
+          name: parameter.default for name, parameter
+          in inspect.signature(listops.generate_listops).parameters.items()}
       # 1 token, 1/8 of the median input and 1/8 of the longest kept (the probe's windows).
       windows = (1, max(1, sorted(len(t) for t, _ in test)[len(test) // 2] // 8),
                  max(1, settings['max_length'] // 8))
