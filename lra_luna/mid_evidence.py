@@ -11,7 +11,8 @@ accuracy per model per task, error bars one sample std, the published full-size 
 marker. A folder with no finished run is refused in one line. --listops_data and
 --pathfinder_data also print what one cue gives on a generated set: the first token of a ListOps
 expression, the distance between the two circles of a Pathfinder image; for ListOps also what a
-masked-token pretraining can score (masked_token_baselines).
+masked-token pretraining can score (masked_token_baselines) and the best reader of the first w
+tokens, estimated from completions drawn by the generator (start_window_bayes).
 """
 
 import argparse
@@ -175,15 +176,13 @@ def listops_expressions(folder, split: str) -> list[tuple[list[str], str]]:
       raise ValueError(f'{path}, line {number}: unknown token(s) {unknown}; regenerate the set '
                        '(data/generate_listops.py).')
     try:
-      value = read_prefix(tokens, len(tokens))[1]
-      if read_prefix(tokens, len(tokens) - 1)[1] is not None:  # tokens after the tree closed
-        value = None
-    except IndexError:  # a `]` with no open operator
-      value = None
+      value = listops.evaluate_expression(fields[0])
+    except ValueError as e:
+      raise ValueError(f'{path}, line {number}: the expression is not one complete tree ({e}); '
+                       'regenerate the set (data/generate_listops.py).') from None
     if value != int(fields[1]):
-      raise ValueError(f'{path}, line {number}: the expression '
-                       f'{"is not one complete tree" if value is None else f"evaluates to {value}"}'
-                       f', its label is {fields[1]}; regenerate the set (data/generate_listops.py).')
+      raise ValueError(f'{path}, line {number}: the expression evaluates to {value}, its label is '
+                       f'{fields[1]}; regenerate the set (data/generate_listops.py).')
     rows.append((tokens, fields[1]))
   if not rows:
     raise ValueError(f'{path} holds no expression; regenerate the set (data/generate_listops.py).')
@@ -409,8 +408,10 @@ def main(argv=None) -> int:
   parser.add_argument('--checkpoint', choices=tuple(runs_lib.CHECKPOINTS), default='best')
   parser.add_argument('--figure', default='', help='write the figure here (.png)')
   parser.add_argument('--listops_data', default='',
-                      help='also print the majority class and the first-token baseline of the '
-                      'ListOps set in this folder (e.g. data/store/listops-mid)')
+                      help='also print, for the ListOps set in this folder (e.g. '
+                      'data/store/listops-mid), the majority class, the first-token baseline, '
+                      'the masked-token baselines and the best reader of the first w tokens '
+                      '(several minutes)')
   parser.add_argument('--pathfinder_data', default='',
                       help='also print the majority class and the circle-distance baseline of '
                       'the Pathfinder set under this root (e.g. data/store/pathfinder-mid)')
