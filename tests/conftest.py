@@ -57,6 +57,7 @@ SLOW = {
     'test_install': {'test_run_lra_finds_configs_from_another_folder'},
     'test_train': None,
     'test_s4d': {'test_jit_equals_eager_and_bfloat16_runs', 'test_padding_changes_no_real_output',
+                 'test_blocked_kernel_equals_every_power_taken_directly',
                  'test_ssm_parameters_get_their_own_rate_and_no_weight_decay'},
     'test_mega': {'test_jit_equals_eager_and_bfloat16_runs'},
     'test_s5': {'test_jit_equals_eager_and_every_dtype_keeps_a_float32_state',
@@ -72,6 +73,8 @@ SLOW = {
                  'test_padding_changes_no_real_output',
                  'test_layer_equals_the_step_by_step_recurrence_values_and_gradients',
                  'test_gamma_normalises_the_state_and_every_parameter_is_stable'},
+    'test_reformer': {'test_real_rows_do_not_depend_on_the_padded_length'},
+    'test_registry': {'test_a_new_entry_reaches_every_tool'},
     'test_rotary': {'test_rotary_reaches_the_attention_of_every_model_that_takes_it'},
     'test_run_size': {'test_describe_reads_no_data_and_counts_parameters'},
     'test_output': {'test_tensorflow_start_up_lines_are_silenced',
@@ -86,6 +89,7 @@ SLOW = {
                    'test_tensorflow_is_imported_only_when_a_tfds_task_loads'},
     'test_sweep': {'test_vmapped_seeds_match_seeds_run_alone'},
     'test_probe': {'test_probe_writes_its_files_and_the_full_window_is_the_full_input',
+                   'test_hidden_tokens_are_exactly_padding',
                    'test_without_windows_the_probe_derives_them_prints_its_table_and_warns_when_'
                    'flat',
                    'test_a_sweep_folder_gets_one_figure_per_task', 'test_bad_input_is_one_line'},
@@ -101,6 +105,7 @@ SLOW = {
     'test_data_safety': {'test_outer_release_folder_is_refused_then_the_inner_one_trains_with_its_source',
                          'test_release_source_never_falls_back_to_generated'},
     'test_pretraining': {'test_results_have_a_pretraining_section_on_training_inputs_only',
+                         'test_an_image_pretraining_step_trains_a_one_value_head_on_the_l1_loss',
                          'test_causal_encoder_gradient_from_the_future_is_exactly_zero',
                          'test_fine_tuning_starts_from_exactly_the_pretrained_encoder_and_a_'
                          'fresh_head',
