@@ -9,7 +9,11 @@ word rotary); five seeds per group, vmapped. Resumable: rerun the same command.
   python -m lra_luna.report runs/mid             # tables; docs/mid.md the orderings
 
 Groups run one at a time (a 2-core CPU); each config's own head (the mid configs' [CLS], the
-Pathfinder config's mean), as the spt and positions runs.
+Pathfinder config's mean), as the spt and positions runs. The Luna paper's Table 3 ordering (P
+head above [CLS]) needs Luna-16 with the P head beside it, a sweep into the same folder:
+
+  python -m lra_luna.sweep --config configs/listops.py:luna16,mid --heads mean_p \
+      --seeds 0,1,2,3,4 --mode vmap --sweep_dir runs/mid
 """
 
 from lra_luna import campaign

@@ -16,6 +16,7 @@ tokens, estimated from completions drawn by the generator (start_window_bayes).
 """
 
 import argparse
+import functools
 import inspect
 import math
 import pathlib
@@ -24,6 +25,8 @@ import sys
 
 import numpy as np
 
+from lra_luna import config_lib
+from lra_luna import published as published_lib
 from lra_luna import registry
 from lra_luna.report import runs as runs_lib
 
@@ -69,6 +72,8 @@ ORDERINGS = (
     # The Luna paper's Table 1: the length of P changes ListOps by at most 0.6 points.
     ('listops', 'luna128', 'luna16', 'Luna-128 within a few points of Luna-16 (38.01 vs 37.43)'),
     ('listops', 'luna256', 'luna16', 'Luna-256 within a few points of Luna-16 (37.98 vs 37.43)'),
+    # The Luna paper's Table 3: mean-pooled final P above [CLS] on every task it ran.
+    ('listops', 'luna16/mean_p', 'luna16', 'Luna-16 P head > [CLS] head (38.06 vs 37.43)'),
 )
 WITHIN_POINTS = 3.0  # "within a few points": Luna-16 vs the Transformer, Luna-128/256 vs Luna-16
 # Published full-size numbers not in the registry's Table 1 rows (design/published_rows.md).
@@ -76,8 +81,38 @@ EXTRA_PUBLISHED = {('s5', 'listops'): 62.15, ('s5', 'pathfinder'): 95.33,
                    ('lru', 'listops'): 60.2, ('lru', 'pathfinder'): 95.1}
 
 
+HEAD_LABELS = {'cls': '[CLS]', 'mean': 'mean', 'mean_p': 'P'}  # group_label's names of the heads
+
+
+@functools.cache
+def preset_head(preset: str) -> str | None:
+  """The head a preset ('listops.py:luna16,mid') pools; None where it cannot be built."""
+  config = config_lib.preset_config(preset)
+  return None if config is None else config.model.head
+
+
+def group_name(result: dict) -> str:
+  """A run's group: its model, with `/<head>` where the run pooled another head than its preset
+  (sweep --heads), so that two heads of one model are two groups, as in the sweep's folders."""
+  head = preset_head((result.get('run') or {}).get('preset', ''))
+  if head is None or result['head'] == head:
+    return result['model']
+  return f'{result["model"]}/{result["head"]}'
+
+
+def group_label(name: str) -> str:
+  """A group's table label: the model's, with its head where the group names one."""
+  model, _, head = name.partition('/')
+  return registry.label(model) + (f', {HEAD_LABELS.get(head, head)} head' if head else '')
+
+
 def published(model: str, task: str) -> float | None:
-  """The published full-size test accuracy of a model from scratch (its first Table 1 row)."""
+  """The published full-size test accuracy of a group from scratch: a model's first Table 1 row,
+  a Luna model's Table 3 row for a head group ('luna16/mean_p')."""
+  model, _, head = model.partition('/')
+  if head:
+    rows = published_lib.matching(published_lib.TABLE3, model, head)
+    return rows[0].accuracy.get(task) if rows else None
   if model in registry.MODELS:
     for row in registry.MODELS[model].table1:
       if task in row.accuracy:
@@ -105,10 +140,10 @@ def verdict(low: float, high: float, within: float | None = None) -> str:
 
 
 def group_accuracies(results: list[dict], checkpoint: str) -> dict:
-  """{(task, model): {seed: accuracy}} (every head of a model together: the mid configs run one)."""
+  """{(task, group_name): {seed: accuracy}}."""
   groups = {}
   for result in results:
-    groups.setdefault((result['task'], result['model']), {})[result['seed']] = (
+    groups.setdefault((result['task'], group_name(result)), {})[result['seed']] = (
         runs_lib.accuracy_of(result, checkpoint))
   return groups
 
@@ -125,7 +160,7 @@ def tables(groups: dict) -> str:
   for (task, model), seeds in sorted(groups.items()):
     values = [seeds[s] for s in sorted(seeds)]
     pub = published(model, task)
-    lines.append(f'| {task} | {registry.label(model)} | '
+    lines.append(f'| {task} | {group_label(model)} | '
                  f'{", ".join(f"{v:.2f}" for v in values)} | {fmt(values)} | '
                  f'{"" if pub is None else f"{pub:.2f}"} |')
   lines += ['', '| task | published ordering | ours: better − worse, 95% Welch | verdict |',
@@ -161,7 +196,7 @@ def figure(groups: dict, path: pathlib.Path) -> None:
         ax.plot(x, pub, marker='x', color='C3', markersize=9, linestyle='none',
                 label=None if marked else 'published, full size')
         marked = True
-    ax.set_xticks(range(len(models)), [registry.label(m) for m in models], rotation=30,
+    ax.set_xticks(range(len(models)), [group_label(m) for m in models], rotation=30,
                   ha='right')
     ax.set_title(f'{task} (mid)')
     ax.set_ylabel('test accuracy (%)')

@@ -133,7 +133,11 @@ def test_every_ordering_names_groups_the_mid_campaign_runs():
   from lra_luna import mid_evidence
   spec = spec_lib.load_spec(spec_lib.SPEC_DIR / 'mid.py')
   for task, better, worse, _ in mid_evidence.ORDERINGS:
-    assert task in spec.tasks and {better, worse} <= set(spec.models), (task, better, worse)
+    for group in (better, worse):
+      # A head group ('luna16/mean_p', sweep --heads): a campaign model and a head it pools.
+      model, _, head = group.partition('/')
+      assert task in spec.tasks and model in spec.models, (task, group)
+      assert not head or head in registry.get(model).heads, group
   assert ('listops', 'transformer+rotary', 'transformer') in {
       o[:3] for o in mid_evidence.ORDERINGS}
 
@@ -154,12 +158,12 @@ def test_welch_interval_matches_scipys_and_the_verdicts():
   assert mid_evidence.verdict(1.0, 6.0, within=3.0) == 'not distinguishable'
 
 
-def _result(folder, task, model, seed, accuracy):
+def _result(folder, task, model, seed, accuracy, head='cls', preset=''):
   import json  # pylint: disable=import-outside-toplevel
-  run = folder / task / model / 'cls' / f'seed{seed}'
+  run = folder / task / model / head / f'seed{seed}'
   run.mkdir(parents=True)
   (run / 'results.json').write_text(json.dumps(
-      {'task': task, 'model': model, 'head': 'cls', 'seed': seed,
+      {'task': task, 'model': model, 'head': head, 'seed': seed, 'run': {'preset': preset},
        'best': {'test_accuracy': accuracy}, 'last': {'test_accuracy': accuracy}}))
 
 
@@ -175,6 +179,20 @@ def test_mid_evidence_tables_and_figure(tmp_path, capsys):
   assert '| listops | S4D > Transformer | +11.00 [' in out and '| reproduces |' in out
   assert 'Luna-16 within' not in out
   assert (tmp_path / 'mid.png').stat().st_size > 0
+
+
+def test_mid_evidence_keeps_a_second_head_of_a_model_apart(tmp_path, capsys):
+  from lra_luna import mid_evidence
+  preset = 'listops.py:luna16,mid'  # pools [CLS]; sweep --heads mean_p pools P instead
+  for seed, (cls, mean_p) in enumerate([(0.30, 0.50), (0.32, 0.52)]):
+    _result(tmp_path, 'listops', 'luna16', seed, cls, 'cls', preset)
+    _result(tmp_path, 'listops', 'luna16', seed, mean_p, 'mean_p', preset)
+  assert mid_evidence.main([str(tmp_path)]) == 0
+  out = capsys.readouterr().out
+  assert '| listops | Luna-16 | 30.00, 32.00 | 31.00 ± 1.41 (n = 2) | 37.43 |' in out
+  # Its published value is the Luna paper's Table 3 row of that head.
+  assert '| listops | Luna-16, P head | 50.00, 52.00 | 51.00 ± 1.41 (n = 2) | 38.06 |' in out
+  assert '| listops | Luna-16 P head > [CLS] head (38.06 vs 37.43) | +20.00 [' in out
 
 
 def test_mid_evidence_refuses_a_folder_without_runs_in_one_line(tmp_path):
