@@ -21,3 +21,10 @@ done
 echo "$(date -u +%FT%TZ) start listops.py:luna16,mid --heads mean_p"
 python -m lra_luna.sweep --config configs/listops.py:luna16,mid --heads mean_p --seeds 0,1,2,3,4 --mode vmap --sweep_dir $D --override progress_bar=False
 echo "$(date -u +%FT%TZ) end listops.py:luna16,mid --heads mean_p rc $?"
+# The campaign's other registry models on ListOps-mid (the linear-cost ones first).
+for model in linear_transformer local performer linformer synthesizer sinkhorn bigbird longformer \
+             reformer sparse_transformer luna128 luna256 transformer_fused mega; do
+  echo "$(date -u +%FT%TZ) start listops.py:$model,mid"
+  python -m lra_luna.sweep --config configs/listops.py:$model,mid --seeds 0,1,2,3,4 --mode vmap --sweep_dir $D --override progress_bar=False
+  echo "$(date -u +%FT%TZ) end listops.py:$model,mid rc $?"
+done
