@@ -15,6 +15,7 @@ from lra_luna import console
 from lra_luna.training import run_folder
 
 
+
 class MetricWriter:
   """Writes scalars to `<workdir>/metrics.jsonl` and to TensorBoard events in `<workdir>/tb/`.
 
@@ -116,13 +117,21 @@ class TrainingMonitor:
             f'Every float16 step (seed {seed}) before step {step} overflowed, down to loss scale '
             '1. The last good checkpoint is kept; train in bfloat16 or float32 '
             '(--config.model.dtype) or lower config.learning_rate, then rerun.')
-      kept = ~skipped[i]
-      if not all(np.isfinite(values[k][i][kept]).all() for k in ('train_loss', 'grad_norm')):
+      bad_steps = ~skipped[i] & ~(np.isfinite(values['train_loss'][i])
+                                  & np.isfinite(values['grad_norm'][i]))
+      if bad_steps.any():
+        bad = int(np.argmax(bad_steps))  # the first step with a non-finite loss or gradient
+        before = slice(max(bad - 5, 0), bad)
+        bad_step = step - len(bad_steps) + 1 + bad
+        shown = {k: [float(f'{x:.4g}') for x in values[k][i][before]]
+                 for k in ('train_loss', 'grad_norm')}
         raise run_folder.TrainingError(
-            f'Non-finite loss or gradient (seed {seed}) before step {step}: train_loss '
-            f'{values["train_loss"][i].tolist()}, grad_norm {values["grad_norm"][i].tolist()}. '
-            f'The last good checkpoint in {self.workdirs[i] / run_folder.CHECKPOINTS_DIR} is '
-            'kept; lower config.learning_rate or set config.grad_clip_norm, then rerun.')
+            f'Non-finite loss or gradient (seed {seed}) at step {bad_step}: '
+            f'train_loss {values["train_loss"][i][bad]:.4g}, grad_norm '
+            f'{values["grad_norm"][i][bad]:.4g}; the steps before it: train_loss '
+            f'{shown["train_loss"]}, grad_norm {shown["grad_norm"]}. The last good checkpoint in '
+            f'{self.workdirs[i] / run_folder.CHECKPOINTS_DIR} is kept; lower '
+            'config.learning_rate or set config.grad_clip_norm, then rerun.')
     now = time.time()
     speed = (step - self._last_log[0]) / max(now - self._last_log[1], 1e-9)
     self._last_log = (step, now)

@@ -66,10 +66,14 @@ def _from_blocks(y: jax.Array, n: int) -> jax.Array:
   return y.reshape(*y.shape[:2], -1, y.shape[-1])[:, :, :n]
 
 
-def _attend(q, k, v, key_mask, dropout: Dropout, *, deterministic, rngs) -> jax.Array:
-  """softmax(q k^T) v with q pre-scaled: q [..., m, d], k/v [..., s, d], key_mask broadcastable
-  to [..., m, s] (True = attend). Softmax in float32; a row with no key left stays finite."""
+def _attend(q, k, v, key_mask, dropout: Dropout, *, deterministic, rngs,
+            key_bias=None) -> jax.Array:
+  """softmax(q k^T + key_bias) v with q pre-scaled: q [..., m, d], k/v [..., s, d], key_mask (and
+  key_bias, float32) broadcastable to [..., m, s] (True = attend). Softmax in float32; a row with
+  no key left stays finite."""
   scores = einsum32('...md,...sd->...ms', q, k)
+  if key_bias is not None:
+    scores = scores + key_bias
   scores = jnp.where(key_mask, scores, MASKED_SCORE)
   probs = dropout(jax.nn.softmax(scores, axis=-1), deterministic=deterministic, rngs=rngs)
   return einsum32('...ms,...sd->...md', probs.astype(v.dtype), v).astype(v.dtype)
@@ -299,6 +303,12 @@ def sort_matrix(logits: jax.Array, block_real: jax.Array, *, activation: str = '
   return jnp.exp(log_p)
 
 
+# Sorted slots whose real share is below this are masked: log f and the renormalisation 1 / w
+# have gradients that overflow float32 as f -> 0 (a peaked P made training NaN), and a slot of a
+# millionth's share adds about a millionth of its attention.
+MIN_SLOT_WEIGHT = 1e-6
+
+
 def sorted_block_attention(q, k, v, mask, sort, dropout: Dropout, *, deterministic,
                            rngs) -> jax.Array:
   """Sparse Sinkhorn attention given the sorting matrix (Tay et al. 2020, §3).
@@ -306,14 +316,19 @@ def sorted_block_attention(q, k, v, mask, sort, dropout: Dropout, *, determinist
   q (pre-scaled), k, v [B, H, nb, b, d]; mask [B, nb, b] (True = real); sort P [B, H, nb, nb].
   Sorted block i, slot s: psi(K)_i[s] = sum_j P[i, j] m_j[s] k_j[s] / w_i[s] with
   w_i[s] = sum_j P[i, j] m_j[s] (padded positions excluded, the weights renormalised over the
-  real ones; slot real iff w_i[s] > 0), same for V. Each query of block i attends in ONE softmax
-  to the b keys of its own block (local term) and the b slots of sorted block i. P = identity
-  gives local block attention (each key twice, same softmax); P = a permutation pi gives block i
-  attending to blocks i and pi(i). Memory O(n b) (plus P, nb^2).
+  real ones), same for V. The slot's real share f_i[s] = w_i[s] / sum_j P[i, j] weights its
+  attention (score + log f: a slot that is half padding counts half, one of no real mass not at
+  all, so the output is continuous in P; without padding f = 1 and this is the paper's
+  attention); slots with f <= MIN_SLOT_WEIGHT are masked. Each query of block i attends in ONE
+  softmax to the b keys of its own block (local term) and the b slots of sorted block i.
+  P = identity gives local block attention (each key twice, same softmax); P = a permutation pi
+  gives block i attending to blocks i and pi(i). Memory O(n b) (plus P, nb^2).
   """
   real = mask.astype(jnp.float32)
   weight = jnp.einsum('bhij,bjs->bhis', sort, real)
-  sorted_mask = weight > 0
+  row_mass = jnp.sum(sort, axis=-1, keepdims=True)
+  share = weight / jnp.where(row_mass > 0, row_mass, 1.0)
+  sorted_mask = share > MIN_SLOT_WEIGHT
   inverse = 1.0 / jnp.where(sorted_mask, weight, 1.0)
 
   def sort_blocks(t):
@@ -324,7 +339,10 @@ def sorted_block_attention(q, k, v, mask, sort, dropout: Dropout, *, determinist
   values = jnp.concatenate([v, sort_blocks(v)], axis=3)
   local_mask = jnp.broadcast_to(mask[:, None], sorted_mask.shape)
   key_mask = jnp.concatenate([local_mask, sorted_mask], axis=-1)[..., None, :]
-  return _attend(q, keys, values, key_mask, dropout, deterministic=deterministic, rngs=rngs)
+  log_share = jnp.log(jnp.where(sorted_mask, share, 1.0))
+  key_bias = jnp.concatenate([jnp.zeros_like(log_share), log_share], axis=-1)[..., None, :]
+  return _attend(q, keys, values, key_mask, dropout, deterministic=deterministic, rngs=rngs,
+                 key_bias=key_bias)
 
 
 class SinkhornAttention(QKVOutAttention):
