@@ -383,13 +383,13 @@ def flatten(config: ml_collections.ConfigDict) -> dict:
 def config_differences(saved: dict, config) -> list[str]:
   """The fields in which a run folder's config.json (`saved`) differs from `config`; a field that
   config.json predates counts as its default (saved_config); where the config came from
-  (BOOKKEEPING_FIELDS: its preset) and how a step is computed (SAME_UPDATE_FIELDS: its
-  micro-batches) do not count."""
+  (BOOKKEEPING_FIELDS: its preset), how a step is computed (SAME_UPDATE_FIELDS: its
+  micro-batches) and what the run reports (REPORTING_FIELDS) do not count."""
   saved = flatten(json.loads(saved_config(saved).to_json()))
   wanted = flatten(json.loads(config.to_json()))
   return sorted(k for k in set(saved) | set(wanted)
                 if saved.get(k) != wanted.get(k)
-                and k not in (*BOOKKEEPING_FIELDS, *SAME_UPDATE_FIELDS))
+                and k not in (*BOOKKEEPING_FIELDS, *SAME_UPDATE_FIELDS, *REPORTING_FIELDS))
 
 
 def saved_config(saved: dict) -> ml_collections.ConfigDict:
@@ -522,6 +522,9 @@ BOOKKEEPING_FIELDS = ('preset',)
 # order): a run folder's config may differ in them (a campaign resumes a run with more
 # micro-batches); they are listed as overrides but never shorten a run.
 SAME_UPDATE_FIELDS = ('grad_accumulation_steps',)
+# Fields that change what a run prints and logs, not what it trains: a run resumes with other
+# values (a run started with a progress bar goes on in a sweep without one).
+REPORTING_FIELDS = ('log_every', 'progress_bar')
 # Fields never listed as overrides of a preset: they do not change how a run trains (where it
 # runs, which seed, its progress output), or have their own column (the sweep's head).
 NOT_OVERRIDE_FIELDS = (*BOOKKEEPING_FIELDS, 'seed', 'data_dir', 'progress_bar', 'model.head')

@@ -147,6 +147,10 @@ def test_a_config_json_written_before_new_fields_still_matches_its_run():
   old['model']['dim'] += 1
   old['learning_rate'] *= 2
   assert config_lib.config_differences(old, config) == ['learning_rate', 'model.dim']
+  # How often it logs and whether it draws a bar do not change the run: it resumes with others.
+  old['log_every'] += 7
+  old['progress_bar'] = not old['progress_bar']
+  assert config_lib.config_differences(old, config) == ['learning_rate', 'model.dim']
   # A new field set away from its default is a difference, not a default.
   paper = config_lib.load_config(f'{config_lib.CONFIG_DIR}/listops.py:luna16,quick,paper')
   assert 'protocol' in config_lib.config_differences(old, paper)

@@ -203,8 +203,9 @@ def check_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:
     differing = config_lib.config_differences(json.loads(config_path.read_text()), config)
     if differing:
       raise run_folder.TrainingError(
-          f'{workdir} holds a run with a different config (fields {differing} differ). Use '
-          'another --workdir, or pass --overwrite to delete that run and start anew.')
+          f'{workdir} holds a run with a different config (fields {differing} differ). To '
+          f'resume it, give those fields its values ({config_path}); else use another '
+          '--workdir, or pass --overwrite to delete that run and start anew.')
 
 
 def init_states(model_cfg, seeds, tx, objective=None):
