@@ -51,6 +51,28 @@ def test_long_run_warning_above_the_threshold_names_smoke_and_quick():
   assert run_size.long_run_warning(smoke, hours * 3600 * 10) is None
 
 
+def test_a_device_that_counts_only_compiled_steps_gets_the_count_lowered_for_the_cpu(
+    tmp_path, monkeypatch):
+  """JAX's GPU plugin gives no count for a lowered step (an H200 printed 'time: unknown'): the
+  same step is then lowered for the CPU, with the CPU's attention kernel, and counted there."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from lra_luna.models.attention import softmax  # pylint: disable=g-import-not-at-top
+  from lra_luna.profile import measure  # pylint: disable=g-import-not-at-top
+  config = tiny.config(tmp_path / 'data')
+  expected = run_size.step_cost(config)
+  assert expected[1] > 0
+  real_count, platforms = measure.compiled_flops, []
+
+  def gpu_plugin_count(lowered):  # None on the device, as JAX's GPU plugin; the CPU's count
+    platforms.append(softmax.current_platform())
+    return None if platforms[-1] == 'gpu' else real_count(lowered)
+
+  monkeypatch.setattr(measure, 'compiled_flops', gpu_plugin_count)
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
+  assert run_size.step_cost(config) == expected
+  assert platforms == ['gpu', 'cpu']
+
+
 def test_describe_reads_no_data_and_counts_parameters(tmp_path):
   config = tiny.config(tmp_path / 'data')
   lines, seconds = run_size.describe(config, steps_left=10)
