@@ -67,23 +67,9 @@ def data_line(config) -> str:
 
 def step_cost(config) -> tuple[int, float | None]:
   """(parameters, XLA's FLOPs of one training step) of config's model at its batch and length,
-  from the lowered step (no data read, nothing compiled). JAX's GPU and TPU plugins count only
-  compiled steps (a lowered step's count is None there: seen on an H200), so where the device
-  gives none the same step is lowered for the host's CPU and counted there."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from lra_luna.models.attention import softmax  # pylint: disable=g-import-not-at-top
+  from the lowered step (no data read, nothing compiled; measure.lowered_step_cost)."""
   from lra_luna.profile import measure  # pylint: disable=g-import-not-at-top  (starts JAX)
-
-  def lowered_cost():
-    with measure.precision_scope(config):
-      step, state, batch, key, num_params = measure.build_step(config)
-      return num_params, measure.compiled_flops(step.lower(state, batch, key))
-
-  num_params, flops = lowered_cost()
-  if flops is None and jax.default_backend() != 'cpu':
-    with jax.default_device(jax.devices('cpu')[0]), softmax.target_platform('cpu'):
-      num_params, flops = lowered_cost()
-  return num_params, flops
+  return measure.lowered_step_cost(config)
 
 
 def matmul_flops_per_s(size: int = MATMUL_SIZE, repeats: int = 3) -> float:

@@ -59,6 +59,8 @@ def test_a_device_that_counts_only_compiled_steps_gets_the_count_lowered_for_the
   from lra_luna.models.attention import softmax  # pylint: disable=g-import-not-at-top
   from lra_luna.profile import measure  # pylint: disable=g-import-not-at-top
   config = tiny.config(tmp_path / 'data')
+  # profile --flops_only (campaign --estimate) counts the same way.
+  assert measure.lowered_flops_point(config)['flops_per_step'] == run_size.step_cost(config)[1]
   expected = run_size.step_cost(config)
   assert expected[1] > 0
   real_count, platforms = measure.compiled_flops, []

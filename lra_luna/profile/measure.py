@@ -16,6 +16,7 @@ from lra_luna import config_lib
 from lra_luna import datasets
 from lra_luna import spt
 from lra_luna.models import plugins
+from lra_luna.models.attention import softmax
 from lra_luna.training import steps
 
 TEXT_CONFIG = config_lib.CONFIG_DIR / 'text.py'
@@ -210,11 +211,29 @@ def timed_steps(compiled, state, batch, dropout_key, *, warmup: int, repeats: in
 NOT_TIMED = {'step_times_s': [], 'step_s': None, 'steps_per_s': None}
 
 
-def lowered_flops_point(step, state, batch, dropout_key, num_params) -> dict:
-  """--flops_only: XLA's count on the lowered step, before optimization: seconds, where compiling
-  a full-size step on a CPU takes minutes (campaign --estimate --assume_tflops)."""
-  return {'status': 'ok', 'num_params': num_params, 'compile_s': None,
-          'flops_per_step': compiled_flops(step.lower(state, batch, dropout_key)),
+def lowered_step_cost(config) -> tuple[int, float | None]:
+  """(parameters, XLA's FLOPs of config's training step) counted on the lowered step, before
+  optimization: seconds, where compiling a full-size step on a CPU takes minutes. JAX's GPU and
+  TPU plugins count only compiled steps (a lowered step's count is None there: seen on an H200),
+  so where the device gives none the same step is lowered for the host's CPU, with the CPU's
+  attention kernel, and counted there."""
+  def count():
+    with precision_scope(config):
+      step, state, batch, dropout_key, num_params = build_step(config)
+      return num_params, compiled_flops(step.lower(state, batch, dropout_key))
+
+  num_params, flops = count()
+  if flops is None and jax.default_backend() != 'cpu':
+    with jax.default_device(jax.devices('cpu')[0]), softmax.target_platform('cpu'):
+      num_params, flops = count()
+  return num_params, flops
+
+
+def lowered_flops_point(config) -> dict:
+  """--flops_only: lowered_step_cost's count, nothing compiled or timed (campaign --estimate
+  --assume_tflops)."""
+  num_params, flops = lowered_step_cost(config)
+  return {'status': 'ok', 'num_params': num_params, 'compile_s': None, 'flops_per_step': flops,
           'estimated_bytes': None, **NOT_TIMED, **device_memory({}, None)}
 
 
@@ -227,10 +246,10 @@ def measure_point(config, *, warmup: int, repeats: int, memory_only: bool = Fals
   host_memory: on a CPU, a point whose estimate exceeds it is not run (status 'skipped'), rather
   than left to the kernel's OOM killer.
   """
+  if flops_only:
+    return lowered_flops_point(config)
   with precision_scope(config):
     step, state, batch, dropout_key, num_params = build_step(config)
-    if flops_only:
-      return lowered_flops_point(step, state, batch, dropout_key, num_params)
     start = time.perf_counter()
     compiled = step.lower(state, batch, dropout_key).compile()
     compile_s = time.perf_counter() - start
