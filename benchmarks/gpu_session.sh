@@ -8,7 +8,10 @@
 #   b. full-size ListOps (LRA protocol, 5000 steps) for B_MODELS (default "luna16 transformer"),
 #      seed SEED (default 0), the budget shared equally, as many steps as it allows, with their
 #      time per step (Luna-16 alone needs about 290 s for all 5000 steps and its test);
-#   c. the mid campaign (campaigns/mid.py) with the time left, skipped when the spec is absent.
+#   c. the mid groups a CPU cannot afford, with the time left: C_GROUPS (default
+#      "listops.py:transformer", docs/mid.md), five seeds vmapped, C_STEPS (25600) steps, into
+#      C_DIR (runs/mid_gpu); a C_DIR carried from an earlier session (carry: ["runs/mid_gpu"])
+#      resumes, and c_mid_checkpoints.tgz brings its checkpoints back.
 #
 #   benchmarks/gpu_session.sh                  # on the GPU machine, from the repository root
 #   benchmarks/gpu_session.sh --cpu-dry-run    # here: tiny sizes, 3 to 4 minutes
@@ -16,7 +19,7 @@
 #
 # Budgets in seconds (environment): BUDGET_S (540, the whole), BUDGET_A (400), BUDGET_B (120);
 # part c gets what is left of BUDGET_S, at most BUDGET_C where set (dry run: 420, 200, 180, and
-# c at most 30: the dry run checks the campaign's command, not its training). OUT (the device tool's; default
+# c at most 150: the dry run trains the quick Transformer 6 steps). OUT (the device tool's; default
 # runs/gpu_session) gets at most 8 files, each part one archive: session.log, env.txt,
 # summary.md, a_table2.tgz, b_listops.tgz, c_mid.tgz. PYTHON (default python3) runs the suite.
 set -u -o pipefail
@@ -76,12 +79,16 @@ fi
 if (( DRY_RUN )); then
   OUT=${OUT:-$REPO/runs/gpu_session_dry}
   BUDGET_S=${BUDGET_S:-420}; BUDGET_A=${BUDGET_A:-200}; BUDGET_B=${BUDGET_B:-180}
-  BUDGET_C=${BUDGET_C:-30}
+  BUDGET_C=${BUDGET_C:-150}
+  C_WORD=quick; C_STEPS=6; C_EVERY=3; C_DIR=${C_DIR:-$WORK/mid_gpu}
 else
   OUT=${OUT:-$REPO/runs/gpu_session}
   BUDGET_S=${BUDGET_S:-540}; BUDGET_A=${BUDGET_A:-400}; BUDGET_B=${BUDGET_B:-120}
 fi
 SEED=${SEED:-0}
+C_GROUPS=${C_GROUPS:-listops.py:transformer}
+C_WORD=${C_WORD:-mid}; C_STEPS=${C_STEPS:-25600}; C_EVERY=${C_EVERY:-1600}
+C_DIR=${C_DIR:-$REPO/runs/mid_gpu}
 B_MODELS=${B_MODELS:-luna16 transformer}
 mkdir -p "$OUT"
 WORK=${WORK:-$(mktemp -d /tmp/gpu_session.XXXXXX)}
@@ -286,18 +293,42 @@ EOF
 done
 
 # ---------------------------------------------------------------------------------------------
-# c. The mid campaign with what is left.
+# c. The mid groups this project's CPU cannot afford (docs/mid.md), with what is left: five seeds
+# vmapped at the long protocol of docs/mid.md's 25,600-step groups, float32 matmuls in full
+# (as the CPU's groups), into C_DIR; a C_DIR carried from an earlier session resumes.
 # ---------------------------------------------------------------------------------------------
-note "## c. mid campaign"
-if [[ ! -f campaigns/mid.py ]]; then
-  note "c. skipped: campaigns/mid.py is not in this checkout."
-else
-  c_budget=$(( $(left) - 15 ))
-  if [[ -n "${BUDGET_C:-}" ]] && (( BUDGET_C < c_budget )); then c_budget=$BUDGET_C; fi
-  bounded "$c_budget" "c. campaign campaigns/mid.py" "$PY" -m lra_luna.campaign \
-      campaigns/mid.py --dir "$WORK/mid"
-  "$PY" -m lra_luna.campaign campaigns/mid.py --dir "$WORK/mid" --status >> "$SUMMARY" 2>&1 || true
-  archive c_mid "$WORK/mid"
+note "## c. mid groups at ${C_STEPS} steps: ${C_GROUPS} (${C_DIR})"
+c_budget=$(( $(left) - 25 ))  # the archives
+if [[ -n "${BUDGET_C:-}" ]] && (( BUDGET_C < c_budget )); then c_budget=$BUDGET_C; fi
+c_configs=()
+for group in $C_GROUPS; do c_configs+=(--config "configs/$group,$C_WORD"); done
+bounded "$c_budget" "c. mid groups" "$PY" -m lra_luna.sweep "${c_configs[@]}" \
+    --seeds 0,1,2,3,4 --mode vmap --sweep_dir "$C_DIR" --override num_train_steps="$C_STEPS" \
+    eval_every="$C_EVERY" checkpoint_every="$C_EVERY" matmul_precision=highest progress_bar=False
+"$PY" - "$C_DIR" >> "$SUMMARY" <<'EOF'
+import json, pathlib, sys
+from lra_luna.training import run_folder
+for seed_dir in sorted(p for p in pathlib.Path(sys.argv[1]).glob('*/*/*/seed*') if p.is_dir()):
+  name = '/'.join(seed_dir.parts[-4:])
+  results = seed_dir / 'results.json'
+  if results.exists():
+    r = json.loads(results.read_text())
+    print(f"- {name}: test {r['best']['test_accuracy']:.4f} at the best step "
+          f"{r['best']['step']} (validation {r['best']['val_accuracy']:.4f}), "
+          f"{r['last']['test_accuracy']:.4f} at the last step {r['last']['step']}")
+  else:
+    step = run_folder.saved_step(seed_dir, 'latest')
+    print(f'- {name}: not finished; latest checkpoint at step {step} (carry the folder to resume)')
+EOF
+archive c_mid "$C_DIR"
+# The checkpoints apart (the device tool returns files of at most 16 MiB): carried back with
+# `carry`, they resume the groups in the next session.
+if [[ -d "$C_DIR" ]]; then
+  (cd "$(dirname "$C_DIR")" && find "$(basename "$C_DIR")" -type d -name checkpoints -print0 \
+     | tar -czf "$OUT/c_mid_checkpoints.tgz" --null -T -)
+  size=$(stat -c %s "$OUT/c_mid_checkpoints.tgz" 2>/dev/null || echo 0)
+  note "c. checkpoints: $(( size / 1024 )) KiB$( (( size > 16 * 1048576 )) \
+        && echo ': over the 16 MiB a returned file may have; they will not come back')"
 fi
 
 note "gpu_session: finished in $(elapsed) s of ${BUDGET_S} s; files in $OUT"

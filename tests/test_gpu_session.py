@@ -4,6 +4,7 @@ size of what travels to the device machine, and its CPU dry run through every pa
 import os
 import pathlib
 import subprocess
+import tarfile
 
 import pytest
 
@@ -38,30 +39,34 @@ def test_the_size_check_counts_the_tree_and_the_wheels_against_64_mib():
 
 def test_the_cpu_dry_run_runs_every_part_and_archives_it(tmp_path):
   out, work = tmp_path / 'out', tmp_path / 'work'
-  # Part c only has to show that the campaign's command starts and leaves its folder: 15 s.
-  result = run('--cpu-dry-run', env={'OUT': str(out), 'WORK': str(work), 'BUDGET_C': '15'},
-               timeout=900)
+  result = run('--cpu-dry-run', env={'OUT': str(out), 'WORK': str(work)}, timeout=900)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   log = (out / 'session.log').read_text()
   for part in ('a. profile bfloat16', 'a. profile float32', 'b. listops luna16',
-               'b. listops transformer'):
+               'b. listops transformer', 'c. mid groups'):
     assert f'== {part}: budget ' in log, part  # each part says its budget first
     # Part a may meet its budget on a loaded CPU (six models lowered per dtype): kept, not failed.
-    ended = ('done in ',) if part.startswith('b.') else ('done in ', 'stopped by its budget')
+    ended = ('done in ',) if part[0] in 'bc' else ('done in ', 'stopped by its budget')
     assert any(f'{part}: {end}' in log for end in ended), part
   assert 'FAILED' not in log
   summary = (out / 'summary.md').read_text()
   speeds = [line for line in summary.splitlines() if line.startswith('- ')]
-  assert [line.split(':')[0] for line in speeds] == ['- luna16', '- transformer']
-  assert all('steps/s' in line and 'the full 6 steps take about' in line for line in speeds)
+  b_speeds = [line for line in speeds if not line.startswith('- listops/')]
+  assert [line.split(':')[0] for line in b_speeds] == ['- luna16', '- transformer']
+  assert all('steps/s' in line and 'the full 6 steps take about' in line for line in b_speeds)
   # each dtype's table2.md: a row per model
   assert summary.count('| Luna-16 |') == summary.count('| Mega-chunk |') >= 2
-  if (REPO / 'campaigns' / 'mid.py').exists():
-    assert (out / 'c_mid.tgz').is_file()
-  else:
-    assert 'c. skipped: campaigns/mid.py is not in this checkout.' in summary
+  # Part c: the five vmapped seeds of its group finished, each with its test accuracy, and their
+  # checkpoints in an archive of their own, to carry back to a later session.
+  groups = [line for line in speeds if line.startswith('- listops/transformer/cls/seed')]
+  assert len(groups) == 5 and all('at the last step 6' in line for line in groups)
+  with tarfile.open(out / 'c_mid_checkpoints.tgz') as archive:
+    seeds = {pathlib.PurePath(name).parts[4] for name in archive.getnames()
+             if '/checkpoints/latest/' in name}
+  assert seeds == {f'seed{k}' for k in range(5)}
   names = {p.name for p in out.iterdir()}
-  assert {'session.log', 'env.txt', 'summary.md', 'a_table2.tgz', 'b_listops.tgz'} <= names
+  assert {'session.log', 'env.txt', 'summary.md', 'a_table2.tgz', 'b_listops.tgz', 'c_mid.tgz',
+          'c_mid_checkpoints.tgz'} <= names
   assert len(names) <= 8  # what the device tool returns
   env = (out / 'env.txt').read_text()
   assert 'lra_luna imports: ok' in env and 'MISSING' not in env
