@@ -37,6 +37,18 @@ def test_the_size_check_counts_the_tree_and_the_wheels_against_64_mib():
   assert result.returncode == (0 if int(line.split('= ')[1].split()[0]) <= 64 else 1)
 
 
+def test_a_part_without_budget_is_skipped_in_one_line(tmp_path):
+  out, work = tmp_path / 'out', tmp_path / 'work'
+  result = run('--cpu-dry-run', env={'OUT': str(out), 'WORK': str(work), 'BUDGET_A': '0',
+                                     'BUDGET_B': '0', 'BUDGET_C': '0'}, timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  summary = (out / 'summary.md').read_text()
+  for line in ('a. profile bfloat16: skipped: 0 s of budget left.', 'b. skipped: BUDGET_B is 0 s.',
+               'c. mid groups: skipped: 0 s of budget left.'):
+    assert line in summary
+  assert not (work / 'generate_listops.log').exists()  # part b's data not generated for nothing
+
+
 def test_the_cpu_dry_run_runs_every_part_and_archives_it(tmp_path):
   out, work = tmp_path / 'out', tmp_path / 'work'
   result = run('--cpu-dry-run', env={'OUT': str(out), 'WORK': str(work)}, timeout=900)
