@@ -9,12 +9,12 @@ The Luna authors' protocol (their released LRA scripts):
   python run_lra.py --config configs/image.py:luna16,paper --workdir runs/image_luna16_paper
 Quick (2-core CPU: ~1 min with luna16, ~9 with the transformer's 1025 x 1025 attention):
   python run_lra.py --config configs/image.py:luna16,quick --workdir runs/image_luna16_quick
-Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick,
-mid (long inputs at a 2-core CPU's budget, docs/mid.md), paper (the Luna authors' protocol; with
-quick: their model details, tokens and optimizer at the quick sizes, steps and rates), fp16
-(float16 compute with loss scaling), smoke (the whole pipeline in a few steps), rotary (rotary
-positions) and spt (self-pretraining, then fine-tuning); `python run_lra.py --help` describes
-each.
+Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick, mid
+(long inputs at a 2-core CPU's budget, docs/mid.md; with long, 16 times its steps), paper (the Luna
+authors' protocol; with quick: their model details, tokens and optimizer at the quick sizes, steps
+and rates), fp16 (float16 compute with loss scaling), smoke (the whole pipeline in a few steps),
+rotary (rotary positions) and spt (self-pretraining, then fine-tuning); `python run_lra.py --help`
+describes each.
 """
 
 import ml_collections

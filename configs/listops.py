@@ -8,12 +8,12 @@ Quick (2-core CPU, a few minutes, data generated on first use):
   python run_lra.py --config configs/listops.py:luna16,quick --workdir runs/listops_luna16_quick
 Release data: `python data/import_lra_release.py <lra_release>` links listops-1000/ into the data
 root, which data_source 'auto' then prefers; --config.data_source=release requires it.
-Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick,
-mid (long inputs at a 2-core CPU's budget, docs/mid.md), paper (the Luna authors' protocol; with
-quick: their model details, tokens and optimizer at the quick sizes, steps and rates), fp16
-(float16 compute with loss scaling), smoke (the whole pipeline in a few steps), rotary (rotary
-positions) and spt (self-pretraining, then fine-tuning); `python run_lra.py --help` describes
-each.
+Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick, mid
+(long inputs at a 2-core CPU's budget, docs/mid.md; with long, 16 times its steps), paper (the Luna
+authors' protocol; with quick: their model details, tokens and optimizer at the quick sizes, steps
+and rates), fp16 (float16 compute with loss scaling), smoke (the whole pipeline in a few steps),
+rotary (rotary positions) and spt (self-pretraining, then fine-tuning); `python run_lra.py --help`
+describes each.
 """
 
 import ml_collections

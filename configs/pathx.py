@@ -10,9 +10,9 @@ Quick (2-core CPU, a minute with a Luna model; 400 images generated under
 <data root>/pathx-quick; softmax attention over 16385 tokens needs ~26 GB at this batch of 4,
 so run the transformer's quick variant on a GPU):
   python run_lra.py --config configs/pathx.py:luna16,quick --workdir runs/pathx_luna16_quick
-Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick,
-mid (refused: Path-X is long only at 128 x 128), paper (refused for the Luna protocol, whose
-authors released no Path-X run; `s4d,paper` is the S4 authors' Path-X run,
+Words after the colon (config_lib.WORDS): a model (transformer, luna16, luna128, ...), quick, mid
+(refused: Path-X is long only at 128 x 128), long (refused with mid), paper (refused for the Luna
+protocol, whose authors released no Path-X run; `s4d,paper` is the S4 authors' Path-X run,
 lra_luna/protocols.py), fp16 (float16 compute with loss scaling), smoke (the whole pipeline in a
 few steps), rotary (rotary positions) and spt (self-pretraining, then fine-tuning); `python
 run_lra.py --help` describes each.

@@ -45,6 +45,7 @@ WORDS = {
     'model': 'luna16',  # a MODELS preset
     'quick': False,     # a small task and model that a 2-core CPU trains in minutes
     'mid': False,       # long inputs that need their range, five seeds in 30 min on a 2-core CPU
+    'long': False,      # with mid: LONG_FACTOR times its steps, where the SSMs learn the range
     'paper': False,     # the Luna authors' protocol instead of LRA's (lra_luna/protocols.py)
     'fp16': False,      # float16 compute with dynamic loss scaling (the authors' fairseq --fp16)
     'smoke': False,     # a smoke test: full shapes, SMOKE_STEPS steps, SMOKE_EVAL_BATCHES batches
@@ -57,6 +58,8 @@ WORD_HELP = {
     'quick': 'a small task and model that a 2-core CPU trains in minutes',
     'mid': ('long inputs that need their range (ListOps median 416 tokens, Pathfinder 32 x 32), '
             'a small model; five vmapped seeds in about 30 minutes on a 2-core CPU (docs/mid.md)'),
+    'long': ('with mid: its training LONG_FACTOR times as long (ListOps-mid 25,600 steps, 41 '
+             'epochs: where S4D and S5 pass majority + 20, docs/mid.md)'),
     'paper': "the Luna authors' protocol (docs/protocols.md); combines with quick and smoke",
     'fp16': 'float16 compute with dynamic loss scaling',
     'smoke': ('the full model and data shapes for a few steps on a few generated examples: an '
@@ -66,6 +69,10 @@ WORD_HELP = {
     'spt': ("self-pretraining on the task's own training inputs, then fine-tuning "
             '(docs/spt.md)'),
 }
+# The long word (use_long_settings): how many times the mid config's steps it trains, and how
+# many evaluations and checkpoints the run makes.
+LONG_FACTOR = 16
+LONG_EVALUATIONS = 16
 # The smoke word (use_smoke_settings): steps trained, batches per evaluation pass, and the
 # largest training and evaluation batch (a pixel task's batch of 512 would take a laptop minutes
 # a step; the model and sequence shapes stay the config's).
@@ -97,6 +104,9 @@ def parse_arg(arg: str | None, **defaults) -> types.SimpleNamespace:
   if values.get('quick') and values.get('mid'):
     raise ValueError(f'quick and mid in config argument {arg!r} are two sizes; give one of '
                      'them (smoke < quick < mid < the full size).')
+  if values.get('long') and not values.get('mid'):
+    raise ValueError(f'long in config argument {arg!r} lengthens the mid size\'s training; give '
+                     'it with mid (e.g. listops.py:s5,mid,long).')
   if values['model'] not in MODELS:
     raise ValueError(f'Unknown model {values["model"]!r} in config argument {arg!r}; valid '
                      f'choices: {sorted(MODELS)}.')
@@ -212,6 +222,16 @@ def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.Co
   for field, value in model.settings.items():  # what the model is (e.g. S4D: no positions)
     section, _, key = field.rpartition('.')
     (config[section] if section else config)[key] = value
+  return config
+
+
+def use_long_settings(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The word `long` (with mid): LONG_FACTOR times the mid config's steps on the same schedule
+  (its warmup kept, its decay stretched), evaluated and checkpointed LONG_EVALUATIONS times. On
+  ListOps-mid 1,600 -> 25,600 steps, every 1,600: the length at which S4D and S5 read the whole
+  expression, where at 1,600 steps every model stops at the first token (docs/mid.md)."""
+  config.num_train_steps *= LONG_FACTOR
+  config.eval_every = config.checkpoint_every = config.num_train_steps // LONG_EVALUATIONS
   return config
 
 
@@ -489,6 +509,8 @@ def load_config(spec: str, overrides=(), **words) -> ml_collections.ConfigDict:
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
   config = module.get_config() if arg is None else module.get_config(arg)
+  if parse_arg(arg).long:  # the mid config trained longer, before spt copies its steps
+    use_long_settings(config)
   if parse_arg(arg).spt:  # every task config's self-pretraining, before smoke and the overrides
     spt.use_spt_settings(config)
   if parse_arg(arg).smoke:  # every task config's smoke test, before the overrides
@@ -528,8 +550,9 @@ REPORTING_FIELDS = ('log_every', 'progress_bar')
 # Fields never listed as overrides of a preset: they do not change how a run trains (where it
 # runs, which seed, its progress output), or have their own column (the sweep's head).
 NOT_OVERRIDE_FIELDS = (*BOOKKEEPING_FIELDS, 'seed', 'data_dir', 'progress_bar', 'model.head')
-# Config words that shorten a run; the full run of a preset is the preset without them.
-SHORTENING_WORDS = ('quick', 'mid', 'smoke')
+# Config words that shorten a run (and long, which lengthens only mid's); the full run of a
+# preset is the preset without them.
+SHORTENING_WORDS = ('quick', 'mid', 'long', 'smoke')
 
 
 def preset_word(preset: str, word: str) -> bool:

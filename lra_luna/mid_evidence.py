@@ -43,6 +43,8 @@ ORDERINGS = (
     ('listops', 'luna16', 'transformer', 'Luna-16 within a few points of the Transformer'),
     ('pathfinder', 'luna16', 'transformer', 'Luna-16 > Transformer (78.4 vs 71.8)'),
     ('listops', 's4d+spt', 's4d', 'SPT S4D >= scratch S4D'),
+    # Amos et al. 2024: a diagonal linear RNN gains from SPT (DLR 77 -> 83.4, S4 82.8 -> 84.5).
+    ('listops', 's5+spt', 's5', 'SPT S5 >= scratch S5'),
     # Miralles-González et al. 2025: with rotary positions a Transformer closes LRA's gaps.
     ('listops', 'transformer+rotary', 'transformer',
      'rotary Transformer > learned-position Transformer'),
@@ -55,6 +57,7 @@ ORDERINGS = (
     ('listops', 's4d', 'luna16', 'S4D > Luna-16 (60.47 vs 37.43)'),
     ('listops', 's5', 'luna16', 'S5 > Luna-16 (62.15 vs 37.43)'),
     ('listops', 's5', 's4d', 'S5 > S4D (62.15 vs 60.47)'),
+    ('listops', 's5', 'lru', 'S5 > LRU (62.15 vs 60.2)'),
     ('listops', 'lru', 'luna16', 'LRU > Luna-16 (60.2 vs 37.43)'),
     ('pathfinder', 's4d', 'luna16', 'S4D > Luna-16 (93.06 vs 78.36)'),
     ('pathfinder', 's5', 'luna16', 'S5 > Luna-16 (95.33 vs 78.36)'),

@@ -74,6 +74,7 @@ def test_the_first_pathfinder_mid_images_are_seeded_and_exact():
     ('configs/listops.py:s4d,mid,quick', 'quick and mid'),
     ('configs/pathx.py:s4d,mid', 'configs/pathx.py has no mid size'),
     ('configs/listops.py:s4d,mid=maybe', 'expected mid=true or mid=false'),
+  ('configs/listops.py:s4d,long', 'give it with mid'),
 ])
 def test_bad_mid_combinations_are_one_line(spec, message):
   with pytest.raises(ValueError, match=message) as error:
@@ -97,6 +98,22 @@ def test_print_config_bounds_the_full_size_run_beside_the_mid_one(monkeypatch):
   assert 'at least 2:46:40 (h:mm:ss) on this CPU' in line
   full = config_lib.load_config('configs/listops.py:s4d')
   assert run_size.full_size_line(full, flops_per_s=1e12, device='CPU') is None
+
+
+def test_long_is_the_mid_config_with_sixteen_times_the_steps():
+  mid = config_lib.load_config('configs/listops.py:s5,mid')
+  long = config_lib.load_config('configs/listops.py:s5,mid,long')
+  # The same run as the mid config with the overrides of docs/mid.md's 25,600-step groups.
+  overridden = config_lib.load_config('configs/listops.py:s5,mid', [
+      '--config.num_train_steps=25600', '--config.eval_every=1600',
+      '--config.checkpoint_every=1600'])
+  assert (long.num_train_steps, long.eval_every, long.checkpoint_every) == (25600, 1600, 1600)
+  assert long.warmup_steps == mid.warmup_steps and long.schedule == mid.schedule == 'cosine'
+  assert config_lib.config_differences(long.to_dict(), overridden) == []
+  assert 'mid config' in config_lib.shortened_reasons(long)
+  spt = config_lib.load_config('configs/listops.py:s5,mid,long,spt')
+  assert spt.pretraining.num_train_steps == 25600  # pretraining as long as the fine-tuning
+  assert config_lib.full_preset(spt) == 'listops.py:s5,spt'
 
 
 def test_the_mid_campaign_names_every_model_and_the_spt_and_rotary_runs():
@@ -129,14 +146,25 @@ def test_the_mid_campaign_plans_spt_and_rotary_groups_with_their_words(tmp_path)
     assert (config.model.positions == 'rotary') == (model == 'transformer+rotary')
 
 
+def test_the_long_campaign_plans_its_groups_at_25600_steps(tmp_path):
+  spec = spec_lib.load_spec(spec_lib.SPEC_DIR / 'mid_long.py')
+  assert spec.tasks == ['listops'] and 's5+spt' in spec.models
+  groups = plan_lib.plan(spec, tmp_path)
+  assert {model for _, model, _ in groups} == set(spec.models)
+  for (_, model, _), runs in groups.items():
+    config = runs[0].config
+    assert config.num_train_steps == 25600 and config_lib.preset_word(config.preset, 'long')
+    assert config.pretraining.num_train_steps == (25600 if model == 's5+spt' else 0)
+
+
 def test_every_ordering_names_groups_the_mid_campaign_runs():
   from lra_luna import mid_evidence
-  spec = spec_lib.load_spec(spec_lib.SPEC_DIR / 'mid.py')
+  specs = [spec_lib.load_spec(spec_lib.SPEC_DIR / name) for name in ('mid.py', 'mid_long.py')]
   for task, better, worse, _ in mid_evidence.ORDERINGS:
     for group in (better, worse):
       # A head group ('luna16/mean_p', sweep --heads): a campaign model and a head it pools.
       model, _, head = group.partition('/')
-      assert task in spec.tasks and model in spec.models, (task, group)
+      assert any(task in spec.tasks and model in spec.models for spec in specs), (task, group)
       assert not head or head in registry.get(model).heads, group
   assert ('listops', 'transformer+rotary', 'transformer') in {
       o[:3] for o in mid_evidence.ORDERINGS}

@@ -20,7 +20,7 @@ import lra_luna
 
 # Config words of every run; 'spt': self-pretrained (spt.py). A model named `<model>+spt` in
 # spec.models adds the word spt to its own runs only (campaigns/mid.py: scratch beside SPT).
-VARIANTS = ('', 'quick', 'mid', 'spt', 'quick,spt', 'mid,spt')
+VARIANTS = ('', 'quick', 'mid', 'mid,long', 'spt', 'quick,spt', 'mid,spt', 'mid,long,spt')
 PROTOCOL_SEEDS = 5  # seeds per row in the papers' tables
 # Ready specs: campaigns/ of the checkout (a wheel ships none).
 SPEC_DIR = lra_luna.CHECKOUT / 'campaigns' if lra_luna.CHECKOUT else None
@@ -41,7 +41,8 @@ def base_spec() -> ml_collections.ConfigDict:
   c.seeds = [0, 1, 2, 3, 4]         # training seeds, vmapped within a group
   c.protocol = 'lra'                # protocols.PROTOCOLS: 'lra' | 'paper' (the authors')
   c.variant = ''                    # '' the full configs | 'quick' the 2-core CPU variants |
-  #                                   'mid' long inputs on a CPU (docs/mid.md); 'spt' /
+  #                                   'mid' long inputs on a CPU (docs/mid.md), 'mid,long'
+  #                                   trained 16 times as long; 'spt' /
   #                                   'quick,spt' / 'mid,spt' the same, self-pretrained first
   c.overrides = []                  # 'key=value' config fields for every run, as sweep --override
   p = c.profile = ml_collections.ConfigDict()  # Table 2: lra_luna/profile.py's flags
