@@ -69,10 +69,8 @@ WORD_HELP = {
     'spt': ("self-pretraining on the task's own training inputs, then fine-tuning "
             '(docs/spt.md)'),
 }
-# The long word (use_long_settings): how many times the mid config's steps it trains, and how
-# many evaluations and checkpoints the run makes.
+# The long word (use_long_settings): how many times the mid config's steps it trains.
 LONG_FACTOR = 16
-LONG_EVALUATIONS = 16
 # The smoke word (use_smoke_settings): steps trained, batches per evaluation pass, and the
 # largest training and evaluation batch (a pixel task's batch of 512 would take a laptop minutes
 # a step; the model and sequence shapes stay the config's).
@@ -227,11 +225,11 @@ def set_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.Co
 
 def use_long_settings(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The word `long` (with mid): LONG_FACTOR times the mid config's steps on the same schedule
-  (its warmup kept, its decay stretched), evaluated and checkpointed LONG_EVALUATIONS times. On
-  ListOps-mid 1,600 -> 25,600 steps, every 1,600: the length at which S4D and S5 read the whole
+  (its warmup kept, its decay stretched), evaluated and checkpointed once every mid run's length.
+  On ListOps-mid 1,600 -> 25,600 steps, every 1,600: the length at which S4D and S5 read the whole
   expression, where at 1,600 steps every model stops at the first token (docs/mid.md)."""
+  config.eval_every = config.checkpoint_every = config.num_train_steps
   config.num_train_steps *= LONG_FACTOR
-  config.eval_every = config.checkpoint_every = config.num_train_steps // LONG_EVALUATIONS
   return config
 
 

@@ -74,7 +74,7 @@ def test_the_first_pathfinder_mid_images_are_seeded_and_exact():
     ('configs/listops.py:s4d,mid,quick', 'quick and mid'),
     ('configs/pathx.py:s4d,mid', 'configs/pathx.py has no mid size'),
     ('configs/listops.py:s4d,mid=maybe', 'expected mid=true or mid=false'),
-  ('configs/listops.py:s4d,long', 'give it with mid'),
+    ('configs/listops.py:s4d,long', 'give it with mid'),
 ])
 def test_bad_mid_combinations_are_one_line(spec, message):
   with pytest.raises(ValueError, match=message) as error:
@@ -114,6 +114,11 @@ def test_long_is_the_mid_config_with_sixteen_times_the_steps():
   spt = config_lib.load_config('configs/listops.py:s5,mid,long,spt')
   assert spt.pretraining.num_train_steps == 25600  # pretraining as long as the fine-tuning
   assert config_lib.full_preset(spt) == 'listops.py:s5,spt'
+  # Every mid task: its steps times LONG_FACTOR, evaluated once per mid run's length.
+  pf_mid = config_lib.load_config('configs/pathfinder.py:s4d,mid')
+  pf_long = config_lib.load_config('configs/pathfinder.py:s4d,mid,long')
+  assert pf_long.num_train_steps == config_lib.LONG_FACTOR * pf_mid.num_train_steps
+  assert pf_long.eval_every == pf_long.checkpoint_every == pf_mid.num_train_steps
 
 
 def test_the_mid_campaign_names_every_model_and_the_spt_and_rotary_runs():
