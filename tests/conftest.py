@@ -112,6 +112,7 @@ SLOW = {
                          'test_a_signal_in_pretraining_names_the_phase_and_resumes_exactly',
                          'test_a_kill_in_fine_tuning_resumes_without_pretraining_again',
                          'test_fine_tuning_from_another_runs_pretraining',
+                         'test_each_process_of_a_sequential_sweep_fine_tunes_the_one_pretraining',
                          'test_a_pretraining_of_another_vocabulary_is_refused_before_training',
                          'test_evaluate_and_predict_read_an_spt_run_as_any_other'},
     'test_profile': {'test_profiler_runs_end_to_end_and_writes_every_output',

@@ -5,6 +5,7 @@ exactly the pretrained encoder, kill-and-resume in each phase, --config.pretrain
 import json
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from lra_luna import config_lib, spt
 from lra_luna.models import pretraining
 from lra_luna.models.objectives import Objective, losses, masking, token_loss_sums
 from lra_luna.training import checkpoints, fine_tuning, run_folder, steps, train
+from lra_luna.training import pretraining as pretraining_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 import tiny  # noqa: E402  (the shared tiny run: tests/tiny.py)
@@ -563,6 +565,41 @@ def test_fine_tuning_from_another_runs_pretraining(data_dir, reference_spt, tmp_
   for key in ('best', 'last', 'test_accuracy', 'num_params'):  # the same seed, the same start
     assert results[key] == reference[key]
   assert without_folder(results)['pretraining'] == without_folder(reference)['pretraining']
+
+
+def test_each_process_of_a_sequential_sweep_fine_tunes_the_one_pretraining(data_dir,
+                                                                           reference_spt,
+                                                                           tmp_path):
+  """A sequential sweep runs one process per seed: seed 1 in <group>/seed1 fine-tunes the
+  finished pretraining of seed 0 (pretraining.seed = 0) in <group>/seed0, as a vmapped group
+  does, with the results of naming it as --config.pretrained. Not taken: a sibling's pretraining
+  of another config, one where the run has started its own, one outside the sweep layout."""
+  group = tmp_path / 'listops' / 'luna16+spt' / 'cls'
+  shared = run_folder.pretraining_dir(group / 'seed0')
+  shutil.copytree(run_folder.pretraining_dir(reference_spt), shared)
+  proc = subprocess.run(spt_command(data_dir, group / 'seed1', seed=1), env=run_env(),
+                        check=True, capture_output=True, text=True)
+  assert f'fine-tuning from the pretraining of seed 0 in {shared}' in proc.stdout
+  assert not run_folder.pretraining_dir(group / 'seed1').exists()
+  explicit = tmp_path / 'explicit'
+  subprocess.run(spt_command(data_dir, explicit, seed=1, pretrained=str(group / 'seed0')),
+                 env=run_env(), check=True, capture_output=True)
+  ours, given = (json.loads((w / 'results.json').read_text()) for w in (group / 'seed1', explicit))
+  assert ours['pretraining'] == given['pretraining'] and ours['pretraining']['folder'] == str(shared)
+  for key in ('best', 'last', 'test_accuracy'):
+    assert ours[key] == given[key]
+
+  def taken(seed, workdir=None, **changes):
+    config = config_lib.load_config(tiny.QUICK_LISTOPS + ',spt', tiny.flags(
+        data_dir=str(data_dir), **{**SPT_RUN, 'seed': seed, **changes}))
+    run = train.SeedRun(config, workdir or group / f'seed{seed}')
+    return pretraining_lib.sibling_pretraining(config, run, 0)
+  assert taken(1) == taken(2) == group / 'seed0'  # seed 1 again when it resumes
+  assert taken(2, **{'pretraining.num_train_steps': 30}) is None
+  run_folder.pretraining_dir(group / 'seed3').mkdir(parents=True)
+  assert taken(3) is None
+  assert taken(2, tmp_path / 'elsewhere') is None
+  assert taken(0) is None  # the owner pretrains in its own folder
 
 
 def test_a_pretraining_of_another_vocabulary_is_refused_before_training(data_dir, reference_spt,

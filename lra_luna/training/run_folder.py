@@ -124,6 +124,15 @@ def sweep_run_dir(sweep_dir, task: str, model: str, head: str, seed: int) -> pat
   return group_dir(sweep_dir, task, model, head) / f'{SEED_PREFIX}{seed}'
 
 
+def sibling_seed_dir(workdir, seed: int, other_seed: int) -> pathlib.Path | None:
+  """<group>/seed<other_seed>, the folder of another seed of the same sweep group, when `workdir`
+  is the sweep folder of `seed` (<group>/seed<seed>); None for a folder outside that layout."""
+  workdir = pathlib.Path(workdir)
+  if workdir.name != f'{SEED_PREFIX}{seed}':
+    return None
+  return workdir.parent / f'{SEED_PREFIX}{other_seed}'
+
+
 def parse_sweep_run_dir(sweep_dir, workdir) -> tuple[str, str, str, int] | None:
   """(task, model, head, seed) of a run folder that sweep_run_dir built; None for another path."""
   try:
