@@ -5,7 +5,6 @@ split's inputs only). The loop (train.py) trains the phase as any run, in
 """
 
 import dataclasses
-import json
 
 import jax
 
@@ -56,10 +55,12 @@ def sibling_pretraining(config, run, seed: int):
   (it keeps it), or the sibling's is unfinished or of another config."""
   folder = run_folder.sibling_seed_dir(run.workdir, run.seed, seed)
   if (folder is None or folder == run.workdir
-      or run_folder.pretraining_dir(run.workdir).exists()
-      or spt.finished_pretraining(run_folder.pretraining_dir(folder)) is None):
+      or run_folder.pretraining_dir(run.workdir).exists()):
     return None
-  saved = json.loads((run_folder.pretraining_dir(folder) / run_folder.CONFIG_FILE).read_text())
+  try:
+    saved = spt.finished_pretraining_config(folder)
+  except ValueError:  # none there, or not finished
+    return None
   ours = spt.phase_config(config)
   ours.seed = seed
   if config_lib.config_differences(saved, ours):
