@@ -1,6 +1,8 @@
 """The mid-size evidence (docs/mid.md): LRA's published orderings put to the test on the mid runs.
 
   python -m lra_luna.mid_evidence runs/mid [--checkpoint best|last] [--figure runs/mid/mid.png]
+      [--record docs/mid_results.csv]
+  python -m lra_luna.mid_evidence docs/mid_results.csv --size mid [--figure docs/mid.png]
 
 Reads every results.json under the folder (a `campaigns/mid.py` campaign or `sweep` folder) and
 prints, as Markdown: each group's test accuracy per seed, mean ± sample std and n; then each
@@ -8,7 +10,14 @@ ordering of ORDERINGS whose two groups have finished: the difference of the mean
 Welch interval and one word, `reproduces` (the interval lies on the published side of 0),
 `reversed` (on the other side) or `not distinguishable` (it holds 0). With --figure it draws the
 accuracy per model per task, error bars one sample std, the published full-size value as a
-marker. A folder with no finished run is refused in one line. --listops_data and
+marker. A folder with no finished run is refused in one line.
+
+Run folders are not kept forever (a new machine starts empty); the record keeps what they said.
+--record FILE merges each run's row (size, task, group, seed, steps, test accuracy at the best and
+last checkpoints, the commit and machine of its results.json `environment`, its preset and
+overrides) into a CSV, a rerun replacing its row; given that CSV instead of a folder, the tables
+and the figure are drawn from its rows of one --size (the size words of the runs' presets: `mid`,
+`mid,long`). --listops_data and
 --pathfinder_data also print what one cue gives on a generated set: the first token of a ListOps
 expression, the distance between the two circles of a Pathfinder image; for ListOps also what a
 masked-token pretraining can score (masked_token_baselines) and the best reader of the first w
@@ -16,9 +25,11 @@ tokens, estimated from completions drawn by the generator (start_window_bayes).
 """
 
 import argparse
+import csv
 import functools
 import inspect
 import math
+import os
 import pathlib
 import statistics
 import sys
@@ -173,47 +184,152 @@ def tables(groups: dict) -> str:
     lines.append(f'| {task} | {group_label(model)} | '
                  f'{", ".join(f"{v:.2f}" for v in values)} | {fmt(values)} | '
                  f'{"" if pub is None else f"{pub:.2f}"} |')
-  lines += ['', '| task | published ordering | ours: better − worse, 95% Welch | verdict |',
-            '|---|---|---|---|']
+  lines += ['', '| task | published ordering | better | worse | better − worse, 95% Welch | '
+            'verdict |', '|---|---|---|---|---|---|']
   for task, better, worse, claim in ORDERINGS:
     a, b = groups.get((task, better), {}), groups.get((task, worse), {})
     if len(a) < 2 or len(b) < 2:
       continue
     diff, low, high = welch(list(a.values()), list(b.values()))
     within = WITHIN_POINTS if 'within' in claim else None
-    lines.append(f'| {task} | {claim} | {diff:+.2f} [{low:+.2f}, {high:+.2f}] | '
-                 f'{verdict(low, high, within)} |')
+    lines.append(f'| {task} | {claim} | {fmt(list(a.values()))} | {fmt(list(b.values()))} | '
+                 f'{diff:+.2f} [{low:+.2f}, {high:+.2f}] | {verdict(low, high, within)} |')
   return '\n'.join(lines)
 
 
-def figure(groups: dict, path: pathlib.Path) -> None:
+def figure(groups: dict, path: pathlib.Path, size: str = 'mid') -> None:
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   tasks = [t for t in TASKS if any(task == t for task, _ in groups)]
-  fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.6), squeeze=False)
+  # A panel per task, as wide as its groups need; the groups by mean, highest first.
+  widths = [max(4.0, 0.42 * sum(t == task for t, _ in groups)) for task in tasks]
+  fig, axes = plt.subplots(1, len(tasks), figsize=(sum(widths) + 1.5, 5.0), squeeze=False,
+                           gridspec_kw={'width_ratios': widths})
   for ax, task in zip(axes[0], tasks):
-    models = sorted(m for t, m in groups if t == task)
+    models = sorted((m for t, m in groups if t == task),
+                    key=lambda m: (-statistics.fmean(groups[(task, m)].values()), m))
     marked = False
     for x, model in enumerate(models):
       values = list(groups[(task, model)].values())
       std = statistics.stdev(values) if len(values) > 1 else 0.0
       ax.errorbar(x, statistics.fmean(values), yerr=std, fmt='o', color='C0', capsize=4,
-                  label='mid: mean ± std over seeds' if x == 0 else None)
+                  label=f'{size}: mean ± std over seeds' if x == 0 else None)
       # The published value of the same model from scratch (none for SPT or rotary runs).
       pub = published(model, task) if model == registry.base_name(model) else None
       if pub is not None:
         ax.plot(x, pub, marker='x', color='C3', markersize=9, linestyle='none',
                 label=None if marked else 'published, full size')
         marked = True
-    ax.set_xticks(range(len(models)), [group_label(m) for m in models], rotation=30,
-                  ha='right')
-    ax.set_title(f'{task} (mid)')
+    ax.set_xticks(range(len(models)), [group_label(m) for m in models], rotation=45,
+                  ha='right', rotation_mode='anchor')
+    ax.set_title(f'{task} ({size})')
     ax.set_ylabel('test accuracy (%)')
-    # The legend below the axes, so that no marker hides behind it.
-    ax.legend(fontsize=8, loc='upper center', bbox_to_anchor=(0.5, -0.32), ncol=2)
-  fig.tight_layout()
+  # One legend at the foot of the figure, below the labels, so that no marker hides behind it.
+  handles = {}
+  for ax in axes[0]:
+    handles.update(zip(*reversed(ax.get_legend_handles_labels())))
+  fig.legend(list(handles.values()), list(handles), fontsize=8, loc='lower center', ncol=2)
+  fig.tight_layout(rect=(0, 0.07, 1, 1))
   fig.savefig(path, dpi=120)
+
+
+RECORD_COLUMNS = ('size', 'task', 'group', 'seed', 'steps', 'best', 'last', 'commit', 'machine',
+                  'config')
+RECORD_KEY = ('size', 'task', 'group', 'seed')  # one row per run; a rerun replaces its row
+
+
+def run_size(result: dict) -> str:
+  """The size words of a run's preset ('listops.py:s5,mid,long,spt' -> 'mid,long'); 'full'."""
+  words = (result.get('run') or {}).get('preset', '').partition(':')[2].split(',')
+  return ','.join(w for w in words if w in config_lib.SHORTENING_WORDS) or 'full'
+
+
+def record_rows(results: list[dict]) -> list[dict]:
+  """The record's row of each run: test accuracy (%) at both checkpoints, and where it came from
+  (results.json's environment: the commit, '+dirty' when the checkout differed from it)."""
+  rows = []
+  for result in results:
+    env = result.get('environment') or {}
+    commit = (env.get('commit') or '') + ('+dirty' if env.get('dirty') else '')
+    machine = env.get('cpu', '') if env.get('platform', 'cpu') == 'cpu' else env.get(
+        'device_kind', '')
+    run = result.get('run') or {}
+    rows.append({
+        'size': run_size(result), 'task': result['task'], 'group': group_name(result),
+        'seed': result['seed'], 'steps': result.get('steps', ''),
+        **{checkpoint: (f'{runs_lib.accuracy_of(result, checkpoint):.2f}'
+                        if checkpoint in result else '') for checkpoint in runs_lib.CHECKPOINTS},
+        'commit': commit, 'machine': machine,
+        'config': ' '.join([run.get('preset', ''), *(run.get('overrides') or [])]).strip()})
+  return rows
+
+
+def read_record(path) -> list[dict]:
+  """The rows of a record CSV (seed an int, accuracies floats or None where not recorded);
+  ValueError in one line naming the file and line of what is wrong."""
+  path = pathlib.Path(path)
+  with path.open(newline='') as f:
+    reader = csv.DictReader(f)
+    if tuple(reader.fieldnames or ()) != RECORD_COLUMNS:
+      raise ValueError(f'{path}: the columns are {", ".join(reader.fieldnames or ())}, not '
+                       f'{", ".join(RECORD_COLUMNS)}; write it with --record.')
+    rows, seen = [], {}
+    for row in reader:
+      line = reader.line_num
+      try:
+        row['seed'] = int(row['seed'])
+        for checkpoint in runs_lib.CHECKPOINTS:
+          row[checkpoint] = float(row[checkpoint]) if row[checkpoint] else None
+      except (TypeError, ValueError):
+        raise ValueError(f'{path}, line {line}: seed {row["seed"]!r}, best {row["best"]!r}, '
+                         f'last {row["last"]!r}: a seed is an integer and an accuracy a number '
+                         '(percent) or empty.') from None
+      key = tuple(row[k] for k in RECORD_KEY)
+      if key in seen:
+        raise ValueError(f'{path}, line {line}: the same run ({", ".join(map(str, key))}) as '
+                         f'line {seen[key]}; keep one of them.')
+      seen[key] = line
+      rows.append(row)
+  return rows
+
+
+def write_record(path, rows: list[dict]) -> int:
+  """Merges rows into the record at `path` (a row of the same run replaces the old one), sorted;
+  written whole to a temporary file first, so that an interrupted write keeps the old record.
+  Returns the number of rows in it."""
+  path = pathlib.Path(path)
+  merged = {tuple(row[k] for k in RECORD_KEY): row
+            for row in (read_record(path) if path.exists() else [])}
+  merged.update({tuple(row[k] for k in RECORD_KEY): row for row in rows})
+  temporary = path.with_name(path.name + '.tmp')
+  with temporary.open('w', newline='') as f:
+    writer = csv.DictWriter(f, RECORD_COLUMNS, lineterminator='\n')
+    writer.writeheader()
+    for key in sorted(merged):
+      writer.writerow({k: '' if v is None else (f'{v:.2f}' if isinstance(v, float) else v)
+                       for k, v in merged[key].items()})
+  os.replace(temporary, path)
+  return len(merged)
+
+
+def record_groups(rows: list[dict], path, size: str, checkpoint: str) -> dict:
+  """{(task, group): {seed: accuracy}} of the record's rows of `size`; ValueError in one line
+  when it has none, or a row of that size lacks the checkpoint's accuracy."""
+  chosen = [row for row in rows if row['size'] == size]
+  if not chosen:
+    sizes = sorted({row['size'] for row in rows})
+    raise ValueError(f'{path} has no run of size {size!r}; its sizes: {", ".join(sizes)} '
+                     '(--size).')
+  missing = [row for row in chosen if row[checkpoint] is None]
+  if missing:
+    raise ValueError(f'{path}: {len(missing)} runs of size {size!r} have no {checkpoint} '
+                     f'accuracy (e.g. {missing[0]["task"]} {missing[0]["group"]} seed '
+                     f'{missing[0]["seed"]}); use the other --checkpoint.')
+  groups = {}
+  for row in chosen:
+    groups.setdefault((row['task'], row['group']), {})[row['seed']] = row[checkpoint]
+  return groups
 
 
 def listops_expressions(folder, split: str) -> list[tuple[list[str], str]]:
@@ -462,9 +578,15 @@ def threshold_accuracy(train_distance, train_labels, test_distance, test_labels)
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('folder')
+  parser.add_argument('folder', help='a folder of run folders, or a record CSV (--record)')
   parser.add_argument('--checkpoint', choices=tuple(runs_lib.CHECKPOINTS), default='best')
   parser.add_argument('--figure', default='', help='write the figure here (.png)')
+  parser.add_argument('--record', default='',
+                      help="merge the folder's runs into this record CSV (e.g. "
+                      'docs/mid_results.csv), which can stand in for the folder later')
+  parser.add_argument('--size', default='',
+                      help="only the runs of this size (their presets' size words, e.g. mid, "
+                      'mid,long); needed for a record holding several')
   parser.add_argument('--listops_data', default='',
                       help='also print, for the ListOps set in this folder (e.g. '
                       'data/store/listops-mid), the majority class, the first-token baseline, '
@@ -514,19 +636,60 @@ def main(argv=None) -> int:
           'by the generator): ' + ', '.join(
               f'w = {w}: {accuracy:.1f}% ± {half:.1f} (mean top share {top:.1f}%)'
               for w, accuracy, half, top in bayes) + '; the whole input: 100%.')
+  if pathlib.Path(args.folder).suffix == '.csv':
+    groups, size = groups_of_record(args)
+  else:
+    groups, size = groups_of_folder(args)
+  print(tables(groups))
+  if args.figure:
+    figure(groups, pathlib.Path(args.figure), size)
+    print(f'figure: {args.figure}')
+  return 0
+
+
+def groups_of_record(args) -> tuple[dict, str]:
+  """main's groups and size from a record CSV; exits in one line on a bad record."""
+  if args.record:
+    sys.exit(f'error: {args.folder} is a record already; --record takes a folder of runs.')
+  try:
+    rows = read_record(args.folder)
+    sizes = sorted({row['size'] for row in rows})
+    if not args.size and len(sizes) > 1:
+      raise ValueError(f'{args.folder} holds runs of sizes {", ".join(sizes)}; choose one with '
+                       '--size.')
+    if not rows:
+      raise ValueError(f'{args.folder} holds no run; write it with --record.')
+    size = args.size or sizes[0]
+    return record_groups(rows, args.folder, size, args.checkpoint), size
+  except OSError as e:
+    sys.exit(f'error: {args.folder}: {e.strerror}.')
+  except ValueError as e:
+    sys.exit(f'error: {e}')
+
+
+def groups_of_folder(args) -> tuple[dict, str]:
+  """main's groups and size from the run folders under args.folder (those of --size), after
+  merging them into --record; exits in one line on a folder without finished runs."""
   try:
     results = runs_lib.load_results(args.folder)
   except (FileNotFoundError, ValueError) as e:
     sys.exit(f'error: {e}')
+  if args.size:
+    results = [result for result in results if run_size(result) == args.size]
   if not results:
-    sys.exit(f'error: {args.folder} holds no finished run (results.json); run '
+    sys.exit(f'error: {args.folder} holds no finished run (results.json)'
+             f'{f" of size {args.size}" if args.size else ""}; run '
              '`python -m lra_luna.campaign campaigns/mid.py --dir DIR` first.')
-  groups = group_accuracies(results, args.checkpoint)
-  print(tables(groups))
-  if args.figure:
-    figure(groups, pathlib.Path(args.figure))
-    print(f'figure: {args.figure}')
-  return 0
+  if args.record:
+    try:
+      count = write_record(args.record, record_rows(results))
+    except OSError as e:
+      sys.exit(f'error: --record {args.record}: {e.strerror}.')
+    except ValueError as e:
+      sys.exit(f'error: --record: {e}')
+    print(f'record: {len(results)} runs merged into {args.record} ({count} runs in it).')
+  return (group_accuracies(results, args.checkpoint),
+          ' / '.join(sorted({run_size(result) for result in results})))
 
 
 if __name__ == '__main__':

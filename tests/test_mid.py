@@ -3,6 +3,7 @@ generators' first examples are seeded and exact, the word's bad combinations are
 line, --print_config's full-size bound, and the mid campaign's groups. Nothing here trains."""
 
 import hashlib
+import pathlib
 
 import numpy as np
 import pytest
@@ -209,7 +210,8 @@ def test_mid_evidence_tables_and_figure(tmp_path, capsys):
   assert mid_evidence.main([str(tmp_path), '--figure', str(tmp_path / 'mid.png')]) == 0
   out = capsys.readouterr().out
   assert '| listops | S4D | 40.00, 42.00, 41.00 | 41.00 ± 1.00 (n = 3) | 60.47 |' in out
-  assert '| listops | S4D > Transformer | +11.00 [' in out and '| reproduces |' in out
+  assert ('| listops | S4D > Transformer | 41.00 ± 1.00 (n = 3) | 30.00 ± 1.00 (n = 3) | +11.00 ['
+          in out) and '| reproduces |' in out
   assert 'Luna-16 within' not in out
   assert (tmp_path / 'mid.png').stat().st_size > 0
 
@@ -225,7 +227,8 @@ def test_mid_evidence_keeps_a_second_head_of_a_model_apart(tmp_path, capsys):
   assert '| listops | Luna-16 | 30.00, 32.00 | 31.00 ± 1.41 (n = 2) | 37.43 |' in out
   # Its published value is the Luna paper's Table 3 row of that head.
   assert '| listops | Luna-16, P head | 50.00, 52.00 | 51.00 ± 1.41 (n = 2) | 38.06 |' in out
-  assert '| listops | Luna-16 P head > [CLS] head (38.06 vs 37.43) | +20.00 [' in out
+  assert ('| listops | Luna-16 P head > [CLS] head (38.06 vs 37.43) | 51.00 ± 1.41 (n = 2) | '
+          '31.00 ± 1.41 (n = 2) | +20.00 [') in out
 
 
 def test_mid_evidence_refuses_a_folder_without_runs_in_one_line(tmp_path):
@@ -233,6 +236,80 @@ def test_mid_evidence_refuses_a_folder_without_runs_in_one_line(tmp_path):
   with pytest.raises(SystemExit, match='holds no finished run') as error:
     mid_evidence.main([str(tmp_path)])
   assert '\n' not in str(error.value)
+
+
+def test_a_record_keeps_what_the_run_folders_said(tmp_path, capsys):
+  """--record merges each run's row (its commit and machine from results.json); the record then
+  gives the tables the folder gave, of one size, and a rerun replaces its row."""
+  import csv  # pylint: disable=import-outside-toplevel
+  import json  # pylint: disable=import-outside-toplevel
+  from lra_luna import mid_evidence
+  runs, record = tmp_path / 'runs', tmp_path / 'record.csv'
+  for seed, (s4d, transformer) in enumerate([(0.40, 0.30), (0.42, 0.31), (0.41, 0.29)]):
+    _result(runs, 'listops', 's4d', seed, s4d, 'mean', preset='listops.py:s4d,mid')
+    _result(runs, 'listops', 'transformer', seed, transformer, preset='listops.py:transformer,mid')
+  environment = {'commit': 'abc123', 'dirty': True, 'cpu': 'AMD EPYC', 'platform': 'cpu'}
+  path = runs / 'listops' / 's4d' / 'mean' / 'seed0' / 'results.json'
+  path.write_text(json.dumps({**json.loads(path.read_text()), 'environment': environment}))
+  assert mid_evidence.main([str(runs), '--record', str(record)]) == 0
+  from_folder = capsys.readouterr().out
+  assert 'record: 6 runs merged into' in from_folder
+  rows = list(csv.DictReader(record.open()))
+  assert [(r['group'], r['seed'], r['best']) for r in rows[:2]] == [('s4d', '0', '40.00'),
+                                                                     ('s4d', '1', '42.00')]
+  assert (rows[0]['size'], rows[0]['commit'], rows[0]['machine'], rows[0]['config']) == (
+      'mid', 'abc123+dirty', 'AMD EPYC', 'listops.py:s4d,mid')
+  assert mid_evidence.main([str(record), '--figure', str(tmp_path / 'mid.png')]) == 0
+  from_record = capsys.readouterr().out
+  assert from_record.replace(f'figure: {tmp_path / "mid.png"}\n', '') == (
+      from_folder.split('\n', 1)[1])
+  assert (tmp_path / 'mid.png').stat().st_size > 0
+  # A rerun of one seed replaces its row; the runs of another size join the record beside them.
+  path.write_text(json.dumps({**json.loads(path.read_text()), 'best': {'test_accuracy': 0.5}}))
+  for seed, accuracy in enumerate([0.49, 0.51]):
+    _result(tmp_path / 'long', 'listops', 's5', seed, accuracy, 'mean',
+            preset='listops.py:s5,mid,long')
+  assert mid_evidence.main([str(runs), '--record', str(record)]) == 0
+  assert mid_evidence.main([str(tmp_path / 'long'), '--record', str(record)]) == 0
+  capsys.readouterr()
+  rows = list(csv.DictReader(record.open()))
+  assert len(rows) == 8 and rows[0]['best'] == '50.00'
+  assert mid_evidence.main([str(record), '--size', 'mid,long']) == 0
+  assert '| listops | S5 | 49.00, 51.00 | 50.00 ± 1.41 (n = 2) |' in capsys.readouterr().out
+  with pytest.raises(SystemExit, match='sizes mid, mid,long; choose one with --size'):
+    mid_evidence.main([str(record)])
+
+
+@pytest.mark.parametrize('size', ['mid', 'mid,long'])
+def test_the_documented_orderings_are_what_the_record_gives(size, capsys):
+  """docs/mid.md's ordering tables are mid_evidence's, row for row, on docs/mid_results.csv."""
+  from lra_luna import mid_evidence
+  docs = pathlib.Path(__file__).resolve().parent.parent / 'docs'
+  assert mid_evidence.main([str(docs / 'mid_results.csv'), '--size', size]) == 0
+  out = capsys.readouterr().out
+  orderings = out[out.index('| task | published ordering'):].strip().splitlines()
+  assert len(orderings) > 3
+  text = (docs / 'mid.md').read_text()
+  assert [line for line in orderings if line not in text] == []
+
+
+@pytest.mark.parametrize('text, message', [
+    ('task,seed\nlistops,0\n', 'the columns are task, seed, not size, task'),
+    ('size,task,group,seed,steps,best,last,commit,machine,config\n'
+     'mid,listops,s4d,0,1600,forty,,,,\n', 'line 2: seed 0, best \'forty\''),
+    ('size,task,group,seed,steps,best,last,commit,machine,config\n'
+     'mid,listops,s4d,0,1600,40.0,,,,\nmid,listops,s4d,0,1600,41.0,,,,\n',
+     'line 3: the same run .* as line 2'),
+    ('size,task,group,seed,steps,best,last,commit,machine,config\n'
+     'mid,listops,s4d,0,1600,40.0,,,,\n', 'have no last accuracy'),
+])
+def test_a_bad_record_is_refused_in_one_line_naming_its_line(tmp_path, text, message):
+  from lra_luna import mid_evidence
+  record = tmp_path / 'record.csv'
+  record.write_text(text)
+  with pytest.raises(SystemExit, match=message) as error:
+    mid_evidence.main([str(record), '--checkpoint', 'last'])
+  assert '\n' not in str(error.value) and str(record) in str(error.value)
 
 
 def test_first_token_baseline_predicts_each_operators_most_frequent_value(tmp_path):

@@ -118,6 +118,31 @@ def test_generated_data_is_recorded_as_generated(data_dir, reference_run):
   assert data['truncated'] == {'train': 0, 'validation': 0, 'test': 0}
 
 
+def test_results_name_the_commit_and_machine_that_computed_them(reference_run):
+  """results.json's environment: this checkout's HEAD (dirty when tracked files differ), the
+  processor and the device, so that a copied number carries its provenance."""
+  from lra_luna.training import environment  # pylint: disable=import-outside-toplevel
+  recorded = json.loads((reference_run / 'results.json').read_text())['environment']
+  repo = pathlib.Path(__file__).resolve().parent.parent
+  git = subprocess.run(['git', '-C', str(repo), 'rev-parse', 'HEAD'], capture_output=True,
+                       text=True)
+  status = subprocess.run(['git', '-C', str(repo), 'status', '--porcelain',
+                           '--untracked-files=no'], capture_output=True, text=True)
+  if git.returncode == 0:
+    assert recorded['commit'] == git.stdout.strip()
+    assert recorded['dirty'] == bool(status.stdout.strip())
+  else:
+    assert recorded['commit'] is None
+  assert recorded['cpu'] == environment.cpu_name() and recorded['cpu']
+  assert (recorded['platform'], recorded['device_count']) == ('cpu', 1)
+  assert recorded['jax'] == jax.__version__
+
+
+def test_git_commit_is_none_outside_a_checkout(tmp_path):
+  from lra_luna.training import environment  # pylint: disable=import-outside-toplevel
+  assert environment.git_commit(tmp_path) == (None, False)
+
+
 def test_kill_and_resume_matches_uninterrupted_run(data_dir, reference_run, tmp_path):
   steps = {'num_train_steps': 40}
   # Kill a second run with SIGKILL once it has written a checkpoint, then rerun the command.

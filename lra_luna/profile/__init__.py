@@ -12,7 +12,6 @@
 The names other modules use are re-exported here.
 """
 
-from lra_luna.profile.isolate import cpu_name
 from lra_luna.profile.isolate import device_info
 from lra_luna.profile.isolate import profile_point_isolated
 from lra_luna.profile.measure import build_step
@@ -40,3 +39,4 @@ from lra_luna.profile.tabulate import PAPER_LENGTHS
 from lra_luna.profile.tabulate import relative_cell
 from lra_luna.profile.tabulate import relative_rows
 from lra_luna.profile.tabulate import SPREAD_WARNING
+from lra_luna.training.environment import cpu_name

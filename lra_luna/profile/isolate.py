@@ -14,7 +14,6 @@ message in its last error line is OOM; anything else is a crash, recorded with t
 import json
 import os
 import pathlib
-import platform
 import re
 import signal
 import subprocess
@@ -37,15 +36,6 @@ WORKER_MEMORY_FRACTION = '0.95'
 # deprecated in favour of XLA_CLIENT_MEM_FRACTION).
 WORKER_ENVIRONMENT = {'XLA_PYTHON_CLIENT_MEM_FRACTION': WORKER_MEMORY_FRACTION,
                       'XLA_CLIENT_MEM_FRACTION': WORKER_MEMORY_FRACTION}
-
-
-def cpu_name() -> str:
-  """The processor's model name (/proc/cpuinfo), else what `platform` knows."""
-  cpuinfo = pathlib.Path('/proc/cpuinfo')
-  names = [line.split(':', 1)[1].strip() for line in
-           (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
-           if line.startswith('model name')]
-  return names[0] if names else (platform.processor() or platform.machine())
 
 
 def device_info() -> dict:

@@ -13,6 +13,7 @@ from lra_luna import console
 from lra_luna import learning_curves
 from lra_luna import spt
 from lra_luna.models.objectives import masking
+from lra_luna.training import environment
 from lra_luna.training import run_folder
 from lra_luna.training import steps
 from lra_luna.training.signals import evaluation
@@ -79,7 +80,8 @@ def final_results(config, runs, state, data, evaluate, label, num_params, monito
                'seed': int(run.seed), 'num_params': num_params, 'steps': total,
                'test_majority_rate': steps.majority_rate(data.splits['test']['targets']),
                'data': data_record(config, data), 'run': config_lib.run_record(config),
-               'precision': steps.precision_record(config)}
+               'precision': steps.precision_record(config),
+               'environment': environment.environment_record()}
     for name, (val, test) in sections.items():
       results[name] = steps.checkpoint_metrics(
           total if name == 'last' else run.best['step'], val, test, i)
@@ -125,7 +127,8 @@ def pretraining_results(config, runs, state, data, evaluate, label, num_params, 
                'inputs': f'training split only: {len(data.splits["train"]["targets"])} '
                          f'examples, the first {len(data.splits["validation"]["targets"])} '
                          'for the token loss and accuracy',
-               'data': data_record(config, data), 'run': config_lib.run_record(config)}
+               'data': data_record(config, data), 'run': config_lib.run_record(config),
+               'environment': environment.environment_record()}
     monitor.write(total, i, {'token_loss': results['loss'], 'token_accuracy': results['accuracy']})
     if is_writer:
       console.say(f'seed {run.seed} pretraining: token accuracy {results["accuracy"]:.4f}; '
