@@ -10,18 +10,17 @@ ordering of ORDERINGS whose two groups have finished: the difference of the mean
 Welch interval and one word, `reproduces` (the interval lies on the published side of 0),
 `reversed` (on the other side) or `not distinguishable` (it holds 0). With --figure it draws the
 accuracy per model per task, error bars one sample std, the published full-size value as a
-marker. A folder with no finished run is refused in one line.
-
-Run folders are not kept forever (a new machine starts empty); the record keeps what they said.
---record FILE merges each run's row (size, task, group, seed, steps, test accuracy at the best and
-last checkpoints, the commit and machine of its results.json `environment`, its preset and
-overrides) into a CSV, a rerun replacing its row; given that CSV instead of a folder, the tables
-and the figure are drawn from its rows of one --size (the size words of the runs' presets: `mid`,
-`mid,long`). --listops_data and
+marker. A folder with no finished run is refused in one line. --listops_data and
 --pathfinder_data also print what one cue gives on a generated set: the first token of a ListOps
 expression, the distance between the two circles of a Pathfinder image; for ListOps also what a
 masked-token pretraining can score (masked_token_baselines) and the best reader of the first w
 tokens, estimated from completions drawn by the generator (start_window_bayes).
+
+Run folders do not outlive their machine; the record keeps what they said. --record FILE merges
+each run's row (size, task, group, seed, steps, test accuracy at the best and last checkpoints,
+the commit and machine of its results.json `environment`, its preset and overrides) into a CSV, a
+rerun replacing its row. Given that CSV instead of a folder, the tables and the figure are drawn
+from its rows of one --size (the size words of the runs' presets: `mid`, `mid,long`).
 """
 
 import argparse

@@ -276,6 +276,9 @@ def test_a_record_keeps_what_the_run_folders_said(tmp_path, capsys):
   assert len(rows) == 8 and rows[0]['best'] == '50.00'
   assert mid_evidence.main([str(record), '--size', 'mid,long']) == 0
   assert '| listops | S5 | 49.00, 51.00 | 50.00 ± 1.41 (n = 2) |' in capsys.readouterr().out
+  assert mid_evidence.main([str(tmp_path), '--size', 'mid,long']) == 0  # a folder of both sizes
+  out = capsys.readouterr().out
+  assert '| listops | S5 | 49.00, 51.00 |' in out and 'S4D' not in out
   with pytest.raises(SystemExit, match='sizes mid, mid,long; choose one with --size'):
     mid_evidence.main([str(record)])
 
