@@ -673,11 +673,14 @@ def groups_of_folder(args) -> tuple[dict, str]:
     results = runs_lib.load_results(args.folder)
   except (FileNotFoundError, ValueError) as e:
     sys.exit(f'error: {e}')
-  if args.size:
+  if results and args.size:
+    sizes = sorted({run_size(result) for result in results})
     results = [result for result in results if run_size(result) == args.size]
+    if not results:
+      sys.exit(f'error: {args.folder} holds no finished run of size {args.size!r}; its sizes: '
+               f'{", ".join(sizes)} (--size).')
   if not results:
-    sys.exit(f'error: {args.folder} holds no finished run (results.json)'
-             f'{f" of size {args.size}" if args.size else ""}; run '
+    sys.exit(f'error: {args.folder} holds no finished run (results.json); run '
              '`python -m lra_luna.campaign campaigns/mid.py --dir DIR` first.')
   if args.record:
     try:

@@ -281,11 +281,14 @@ def test_a_record_keeps_what_the_run_folders_said(tmp_path, capsys):
   assert '| listops | S5 | 49.00, 51.00 |' in out and 'S4D' not in out
   with pytest.raises(SystemExit, match='sizes mid, mid,long; choose one with --size'):
     mid_evidence.main([str(record)])
+  with pytest.raises(SystemExit, match="no finished run of size 'long'; its sizes: mid, mid,long"):
+    mid_evidence.main([str(tmp_path), '--size', 'long'])  # an unknown size is refused, not empty
 
 
 @pytest.mark.parametrize('size', ['mid', 'mid,long'])
 def test_the_documented_orderings_are_what_the_record_gives(size, capsys):
-  """docs/mid.md's ordering tables are mid_evidence's, row for row, on docs/mid_results.csv."""
+  """docs/mid.md's group and ordering tables are mid_evidence's, row for row, on
+  docs/mid_results.csv."""
   from lra_luna import mid_evidence
   docs = pathlib.Path(__file__).resolve().parent.parent / 'docs'
   assert mid_evidence.main([str(docs / 'mid_results.csv'), '--size', size]) == 0
@@ -294,6 +297,8 @@ def test_the_documented_orderings_are_what_the_record_gives(size, capsys):
   assert len(orderings) > 3
   text = (docs / 'mid.md').read_text()
   assert [line for line in orderings if line not in text] == []
+  groups = out[:out.index('| task | published ordering')].strip().splitlines()
+  assert len(groups) > 3 and [line for line in groups if line not in text] == []
 
 
 @pytest.mark.parametrize('text, message', [
