@@ -5,7 +5,8 @@
 Any config field can be overridden: --config.seed=3 --config.model.head=mean_p
 --config.data_dir=/data/lra. Rerunning the same command on the same workdir resumes.
 The run's first lines say its task, model, protocol, steps and batch, and for a full-size run
-its size and a lower bound of its time on this device (a warning above 3 hours).
+its size and a lower bound of its time on this device (a warning above 3 hours); --print_config
+times a few real steps where they are cheap, and gives the training time they make.
 """
 
 import os
@@ -44,8 +45,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string('config', None, config_lib.config_help())
 flags.DEFINE_string('workdir', None, 'Run folder: checkpoints, metrics, results.json.')
 flags.DEFINE_bool('print_config', False, "Print the resolved config and the run's size "
-                  '(parameters, FLOPs, steps, data, a time bound) and exit without training or '
-                  'reading data; needs no --workdir.')
+                  '(parameters, FLOPs, steps, data) and its training time on this device (a few '
+                  'steps timed on a random batch where one step is cheap, else a lower bound), '
+                  'and exit without training or reading data; needs no --workdir.')
 flags.DEFINE_bool('overwrite', False, 'Delete a previous run with another config in --workdir.')
 CONFIG = None  # The config that --config and the --config.<key> flags give (parse_flags).
 
@@ -80,7 +82,7 @@ def print_config() -> None:
   """--print_config: the resolved config as JSON, then what the run is (run_size)."""
   config_lib.validate(CONFIG)
   print(CONFIG.to_json(indent=2, sort_keys=True))
-  lines, seconds = run_size.describe(CONFIG)
+  lines, seconds = run_size.describe(CONFIG, measure=True)
   warning = run_size.long_run_warning(CONFIG, seconds)
   print('\n'.join(lines + ([warning] if warning else [])))
 

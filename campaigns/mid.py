@@ -6,7 +6,7 @@ word rotary); five seeds per group, vmapped. Resumable: rerun the same command.
   python -m lra_luna.campaign campaigns/mid.py --dir runs/mid
   python -m lra_luna.campaign campaigns/mid.py --dir runs/mid --status
   python -m lra_luna.probe runs/mid              # how much of each input the models use
-  python -m lra_luna.report runs/mid             # tables; docs/mid.md the orderings
+  python -m lra_luna.report runs/mid --checkpoint best   # tables, groups, published orderings
 
 Groups run one at a time (a 2-core CPU); each config's own head (the mid configs' [CLS], the
 Pathfinder config's mean), as the spt and positions runs. The Luna paper's Table 3 ordering (P

@@ -2,10 +2,10 @@
 long, 25,600 steps (41 epochs) instead of the mid config's 1,600, where S4D and S5 pass majority +
 20 and the probe finds them reading past the first tokens; the SSMs of the core set, S5
 self-pretrained for as many steps (the word spt), and the Transformer, whose group is hours a seed
-on a 2-core CPU (a GPU's job: benchmarks/gpu_session.sh part c). Resumable: rerun the command.
+on a 2-core CPU (a GPU's job, docs/gpu.md). Resumable: rerun the command.
 
   python -m lra_luna.campaign campaigns/mid_long.py --dir runs/mid_long
-  python -m lra_luna.mid_evidence runs/mid_long   # the groups and the orderings between them
+  python -m lra_luna.report runs/mid_long --checkpoint best   # the groups and their orderings
   python -m lra_luna.probe runs/mid_long/listops/s5 --windows 1,52,75,600
 
 On a 2-core CPU one seed at a time ran faster than five vmapped for S5 (16 steps/s a seed against

@@ -81,6 +81,14 @@ def number_list(example: str, *, minimum: float = 0, integers: bool = False):
   return parse
 
 
+def closest(value, choices) -> str | None:
+  """The choice nearest a misspelt value ('meanp' -> 'mean_p'), or None when none is near."""
+  if not isinstance(value, str):
+    return None
+  close = difflib.get_close_matches(value, [str(c) for c in choices], n=1, cutoff=0.6)
+  return close[0] if close else None
+
+
 def choice_list(choices):
   """An argparse type: 'a,b' -> ['a', 'b'], each one of `choices` and each once; an unknown
   entry (or none at all) is an error naming the closest valid choice and all of them, so a typo
@@ -89,8 +97,8 @@ def choice_list(choices):
     values = list_items(text)
     unknown = [v for v in values if v not in choices]
     if unknown or not values:
-      close = difflib.get_close_matches(unknown[0], choices, n=1, cutoff=0.6) if unknown else []
-      hint = f' (did you mean {close[0]!r}?)' if close else ''
+      close = closest(unknown[0], choices) if unknown else None
+      hint = f' (did you mean {close!r}?)' if close else ''
       what = f'{unknown[0]!r} is unknown{hint}' if unknown else 'names none'
       raise argparse.ArgumentTypeError(f'{what}; valid choices: {", ".join(choices)} '
                                        '(comma-separated)')

@@ -213,7 +213,8 @@ def probe_run(workdir, windows=None, checkpoint: str = 'best', seed: int = 0,
            'windows': windows, 'input_lengths': {'test': lengths},
            'warnings': [warning] if warning else [],
            'test_examples': len(test['targets']), 'full_accuracy': accuracy(test),
-           'majority_rate': steps_lib.majority_rate(test['targets']),
+           'majority_rate': steps_lib.majority_rate(data.splits['train']['targets'],
+                                                   test['targets']),
            'accuracy': {p: [accuracy(windowed_split(test, config, w, p, seed, relative))
                             for w in windows] for p in PLACEMENTS}}
   run_folder.write_json_atomically(workdir / figures.PROBE_FILE, probe)
@@ -229,13 +230,14 @@ def describe_lengths(lengths: dict) -> str:
 
 def probe_table(probe: dict) -> str:
   """The probe as printed: what was probed, the test inputs' lengths, then a row per window
-  (accuracy % per placement), the full input and the majority class."""
+  (its width in tokens, or a fraction of each input; the test accuracy in % per placement),
+  the full input and the majority class."""
   relative = probe.get('relative', False)
-  column = 'window (fraction)' if relative else 'window (tokens)'
+  column = 'window (fraction of each input)' if relative else 'window (tokens)'
   lines = [f"{probe['task']} / {probe['model']}, seed {probe['seed']}, {probe['checkpoint']} "
            f"checkpoint (step {probe['step']}), {probe['test_examples']} test examples",
            f"test inputs: {describe_lengths(probe['input_lengths']['test'])}",
-           f"| {column} | " + ' | '.join(PLACEMENTS) + ' |',
+           f"| {column} | " + ' | '.join(f'{p}: accuracy (%)' for p in PLACEMENTS) + ' |',
            '|---:|' + '---:|' * len(PLACEMENTS)]
   for i, w in enumerate(probe['windows']):
     lines.append(f'| {w:g} | ' + ' | '.join(f"{100 * probe['accuracy'][p][i]:.1f}"

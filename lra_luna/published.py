@@ -31,6 +31,9 @@ LRU_PAPER = 'Orvieto et al. 2023 (LRU)'
 # Amos, Berant and Gupta, "Never Train from Scratch: Fair Comparison of Long-Sequence Models
 # Requires Data-Driven Priors", ICLR 2024 (arXiv:2310.02980).
 SPT_PAPER = 'Amos et al. 2024 (SPT)'
+# Miralles-González, Huertas-Tato, Martín and Camacho, "On the locality bias and results in the
+# Long Range Arena" (arXiv:2501.14850, 2025): with rotary positions a Transformer closes LRA's gaps.
+LOCALITY_PAPER = 'Miralles-González et al. 2025 (locality)'
 
 # The five tasks of the papers' tables and averages (Path-X: every model failed, chance level).
 TASKS = tasks.TABLE1_TASKS

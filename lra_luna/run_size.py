@@ -1,13 +1,17 @@
 """What a run is before it runs: its opening line (task, model, protocol, steps, batch, length;
 a model the config word left at its default says so), its size (parameters, XLA's FLOPs per
-step, the data it reads) and a lower bound of its training time on this device, so that a
-full-size run that takes days on a laptop says so before it starts (`run_lra.py`,
-`--print_config`).
+step, the data it reads) and its training time on this device, so that a full-size run that
+takes days on a laptop says so before it starts (`run_lra.py`, `--print_config`).
 
-The time bound: XLA's FLOP count of the lowered training step (no compile: seconds) times the
-steps left, at the speed this device multiplies two 1024 x 1024 float32 matrices, measured now
-(a best case: a real step also moves memory and runs element-wise work, so it is slower; on a
-busy machine the measured speed, and so the bound, moves with the load).
+The time: where one step is small enough to time here in seconds (XLA's FLOP count at this
+device's matmul speed under MEASURE_MAX_BOUND_S), `--print_config` compiles the real training
+step as training runs it and times MEASURED_STEPS steps on a random batch: steps x their median
+is the training time a run on this machine takes (evaluation and data loading come on top). Otherwise, and in a
+run's own first lines (which then train and time themselves), a lower bound: XLA's FLOP count of
+the lowered step (no compile: seconds) times the steps left, at the speed this device multiplies
+two 1024 x 1024 float32 matrices, measured now. A real step also moves memory and runs
+element-wise work, so it is slower, 3 to 20 times on a CPU: the bound says when a run is long,
+not how long it is.
 """
 
 import time
@@ -18,6 +22,11 @@ from lra_luna.datasets import base as datasets_base
 # A run whose time bound exceeds this many hours is announced as long, with the smaller words.
 LONG_RUN_HOURS = 3.0
 MATMUL_SIZE = 1024  # the square matmul that measures the device's best-case FLOP/s
+# --print_config times the real step when the bound of one step is under this many seconds: the
+# compile and MEASURED_STEPS + 1 steps then take seconds (a mid config on a CPU, a full-size one
+# on a GPU); a full-size step on a CPU compiles for minutes and is bounded instead.
+MEASURE_MAX_BOUND_S = 0.5
+MEASURED_STEPS = 3
 
 
 def model_word_given(preset: str) -> bool:
@@ -101,13 +110,44 @@ def estimate_line(flops_per_step, steps: int, flops_per_s: float, device: str) -
           f'{flops_per_s / 1e9:.0f} GFLOP/s, its measured matmul speed; the real time is longer)')
 
 
+def measured_step_s(config) -> float | None:
+  """The median seconds of MEASURED_STEPS real training steps of config's model as training runs
+  them, vmapped over a seed axis of one (a scan under vmap is slower than alone: 1.7x for S5 on
+  a CPU), on a random batch after one untimed step that compiles it (no data read); None where
+  the step does not fit this device's memory."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from lra_luna.profile import measure  # pylint: disable=g-import-not-at-top
+  from lra_luna.training import steps  # pylint: disable=g-import-not-at-top
+  seed_axis = lambda tree: jax.tree.map(lambda x: x[None], tree)
+  try:
+    with measure.precision_scope(config):
+      step, state, batch, dropout_key, _ = measure.build_step(config)
+      seeded_step = jax.jit(jax.vmap(step.__wrapped__), donate_argnums=0)
+      times = measure.timed_steps(seeded_step, steps.stack_trees([state]), seed_axis(batch),
+                                  seed_axis(dropout_key), warmup=1, repeats=MEASURED_STEPS)
+  except Exception as e:  # pylint: disable=broad-except
+    if measure.is_out_of_memory(e):
+      return None
+    raise
+  return measure.step_time_spread(times)['step_s']
+
+
+def measured_line(step_s: float, steps: int, device: str) -> str:
+  """The training time of the steps left at a measured step time, and what it leaves out."""
+  from lra_luna import console  # pylint: disable=g-import-not-at-top
+  return (f'time: about {console.format_duration(step_s * steps)} (h:mm:ss) of training for '
+          f'{steps} steps on this {device} ({step_s:.3g} s a step, the median of '
+          f'{MEASURED_STEPS} steps timed now on a random batch; evaluation and data loading '
+          'come on top)')
+
+
 def long_run_warning(config, seconds: float) -> str | None:
   """A warning for a run of more than LONG_RUN_HOURS (its bound), naming the quick and smoke
   words of the same task and model; None for a shorter one or a shortened run."""
   if seconds < LONG_RUN_HOURS * 3600 or config.get('smoke'):
     return None
   spec = f'configs/{config.task}.py:{config.model_name}'
-  return (f'warning: this run takes at least {seconds / 3600:.0f} h on this device (bound '
+  return (f'warning: this run takes at least {seconds / 3600:.0f} h on this device (time '
           f'above). To check the pipeline in minutes use {spec},smoke (this model and data '
           f'shapes, {config_lib.SMOKE_STEPS} steps) or {spec},quick (a small model and task that '
           'train in minutes); Ctrl-C stops this run and prints its resume command.')
@@ -131,12 +171,15 @@ def full_size_line(config, flops_per_s: float, device: str) -> str | None:
   from lra_luna import console  # pylint: disable=g-import-not-at-top
   return (f'full size ({config_lib.full_preset(config)}: {full.num_train_steps} steps of batch '
           f'{full.batch_size} x {full.max_length} tokens, {num_params / 1e6:.3g} M parameters): '
-          f'at least {console.format_duration(seconds)} (h:mm:ss) on this {device}, the same '
-          'bound.')
+          f'at least {console.format_duration(seconds)} (h:mm:ss) on this {device} (XLA\'s FLOP '
+          'count at the measured matmul speed: a lower bound).')
 
 
-def describe(config, steps_left: int | None = None) -> tuple[list[str], float]:
-  """(the lines that say what the run is, its size and time bound; the bound in seconds)."""
+def describe(config, steps_left: int | None = None,
+             measure: bool = False) -> tuple[list[str], float]:
+  """(the lines that say what the run is, its size and time; that time in seconds). With
+  `measure` (--print_config) the time of a step small enough (MEASURE_MAX_BOUND_S) is timed;
+  otherwise, or where it does not fit, the lower bound."""
   import jax  # pylint: disable=g-import-not-at-top
   steps_left = config.num_train_steps if steps_left is None else steps_left
   num_params, flops = step_cost(config)
@@ -145,6 +188,13 @@ def describe(config, steps_left: int | None = None) -> tuple[list[str], float]:
     return lines + ['time: unknown (XLA gives no FLOP count for this step).'], 0.0
   speed = matmul_flops_per_s()
   device = jax.devices()[0].platform.upper()
-  lines.append(estimate_line(flops, steps_left, speed, device) + '.')
+  step_s = (measured_step_s(config) if measure and flops / speed < MEASURE_MAX_BOUND_S
+            else None)
+  if step_s:
+    lines.append(measured_line(step_s, steps_left, device) + '.')
+    seconds = step_s * steps_left
+  else:
+    lines.append(estimate_line(flops, steps_left, speed, device) + '.')
+    seconds = time_bound_s(flops, steps_left, speed)
   full = full_size_line(config, speed, device)
-  return lines + ([full] if full else []), time_bound_s(flops, steps_left, speed)
+  return lines + ([full] if full else []), seconds

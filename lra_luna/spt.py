@@ -177,30 +177,40 @@ def use_pretraining_of(config: ml_collections.ConfigDict) -> ml_collections.Conf
 
 def finished_pretraining_config(given) -> dict:
   """The config.json of the finished pretraining that config.pretrained = `given` names (a run
-  folder or its pretraining/); ValueError in one line when it holds none."""
+  folder or its pretraining/); ValueError in one line when there is no such folder or it holds
+  none."""
+  what = ('give the folder of a run trained with the word spt, or its pretraining/ folder')
+  if not pathlib.Path(given).is_dir():
+    raise ValueError(f'config.pretrained = {str(given)!r} not found (no such folder); {what}.')
   folder = pretraining_folder(given)
   if finished_pretraining(folder) is None:
     raise ValueError(f'config.pretrained = {str(given)!r} holds no finished pretraining (no '
-                     f'{folder / run_folder.RESULTS_FILE} of its last step); give the folder '
-                     'of a run trained with the word spt, or its pretraining/ folder.')
+                     f'{folder / run_folder.RESULTS_FILE} of its last step); {what}.')
   return json.loads((folder / run_folder.CONFIG_FILE).read_text())
 
 
-def check_same_encoder(given, theirs: dict, ours: dict) -> None:
+def encoder_fields(flat: dict) -> list[str]:
+  """The fields of a flat config (config_lib.flatten) that build its encoder, which a
+  pretraining and the runs fine-tuned from it share: SHARED_FIELDS and config.model outside
+  HEAD_FIELDS."""
+  return sorted([*SHARED_FIELDS, *(k for k in flat if k.startswith('model.')
+                                   and k.split('.')[1] not in HEAD_FIELDS)])
+
+
+def check_same_encoder(given, theirs: dict, ours: dict, spec: str | None = None) -> None:
   """ValueError in one line unless a pretraining's config (`theirs`, flat: config_lib.flatten of
-  its config.json) and the fine-tuning run's (`ours`) build the same encoder (SHARED_FIELDS and
-  config.model outside HEAD_FIELDS); the line names the fields and the option that fine-tunes
-  the pretraining given as config.pretrained = `given`."""
-  keys = [*SHARED_FIELDS, *(k for k in ours if k.startswith('model.')
-                            and k.split('.')[1] not in HEAD_FIELDS)]
-  differing = [(k, theirs.get(k), ours.get(k)) for k in sorted(keys)
+  its config.json) and the fine-tuning run's (`ours`) build the same encoder (encoder_fields);
+  the line names the fields and the option that fine-tunes the pretraining given as
+  config.pretrained = `given`: for another task or model `spec`, the --config that builds the
+  pretraining's encoder (config_checks.pretraining_spec; without one, its task and model)."""
+  differing = [(k, theirs.get(k), ours.get(k)) for k in encoder_fields(ours)
                if theirs.get(k) != ours.get(k)]
   if not differing:
     return
   task_model = [d for d in differing if d[0] in ('task', 'model_name')]
   if task_model:  # another preset: its sizes differ too, the preset says it
     differing = task_model
-    fix = (f"use --config configs/{theirs['task']}.py:{theirs['model_name']}")
+    fix = 'use ' + (spec or f"--config configs/{theirs['task']}.py:{theirs['model_name']}")
   else:
     fix = 'set ' + ' '.join(f'--config.{key}={value}' for key, value, _ in differing)
   what = ', '.join(f'{key} {there!r} there, {here!r} here' for key, there, here in differing)

@@ -31,7 +31,7 @@ os.environ['XLA_FLAGS'] = ' '.join(filter(None, (os.environ.get('XLA_FLAGS'), ti
 # minutes; CI runs both. A module name alone marks the whole module.
 SLOW = {
     'test_seed_stacking': None,
-    'test_gpu_session': {'test_the_cpu_dry_run_runs_every_part_and_archives_it'},
+    'test_gpu_benchmark': {'test_the_cpu_dry_run_runs_every_part_and_a_rerun_skips_them'},
     'test_campaign': {'test_local_campaign_writes_the_report', 'test_status_lists_every_run',
                       'test_rerun_of_a_finished_campaign_has_nothing_to_do',
                       'test_killed_job_and_killed_driver_give_the_same_results',

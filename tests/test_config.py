@@ -172,3 +172,66 @@ def test_each_task_configs_docstring_names_every_word(task):
   missing = [word for word in config_lib.WORDS if word != 'model' and f' {word} (' not in words
              and f' {word},' not in words]
   assert not missing, f'{path.name} does not name the words {missing}'
+
+
+@pytest.mark.parametrize('override, hint', [
+    ('--config.model.head=meanp', "valid choices: ['cls', 'mean', 'mean_p']. Did you mean "
+                                  "'mean_p'?"),
+    ('--config.model.positions=sinusoid', "Did you mean 'sinusoidal'?"),
+    ('--config.model.dtype=bfloat', "Did you mean 'bfloat16'?"),
+    ('--config.schedule=cosin', "Did you mean 'cosine'?"),
+    ('--config.matmul_precision=higest', "Did you mean 'highest'?"),
+])
+def test_a_misspelt_choice_gets_the_nearest_one(override, hint):
+  config = config_lib.load_config(f'{LISTOPS}:luna16,quick', [override])
+  with pytest.raises(ValueError) as error:
+    config_lib.validate(config)
+  assert str(error.value).endswith(hint) and '\n' not in str(error.value)
+
+
+def test_a_choice_far_from_every_valid_one_gets_no_guess():
+  config = config_lib.load_config(f'{LISTOPS}:luna16,quick', ['--config.model.head=zzz'])
+  with pytest.raises(ValueError) as error:
+    config_lib.validate(config)
+  assert 'Did you mean' not in str(error.value)
+
+
+@pytest.mark.parametrize('arg, steps, reasons', [
+    ('luna16,spt', None, []),
+    ('luna16,spt', 10, ['10 of 5000 pretraining steps']),
+    ('luna16,quick,spt', 7, ['quick config', '1500 of 5000 steps', '7 of 5000 pretraining steps']),
+    ('luna16', None, []),
+])
+def test_a_shortened_pretraining_is_a_shortened_run(arg, steps, reasons):
+  """The full run's pretraining is its preset's with the word spt (as many steps as its
+  training): fewer pretraining steps shorten the run, in the first line and in run_record."""
+  overrides = [] if steps is None else [f'--config.pretraining.num_train_steps={steps}']
+  config = config_lib.load_config(f'{LISTOPS}:{arg}', overrides)
+  assert config_lib.shortened_reasons(config) == reasons
+  assert config_lib.run_record(config)['shortened'] == reasons
+
+
+def test_every_public_name_is_still_config_lib_s():
+  """The split modules (config_base, config_loading, config_checks) are reached through
+  config_lib: every public name of theirs is one of config_lib's, the same object."""
+  from lra_luna import config_base, config_checks, config_loading  # pylint: disable=C0415
+  for module in (config_base, config_checks, config_loading):
+    for name in dir(module):
+      value = getattr(module, name)
+      own = getattr(value, '__module__', module.__name__) == module.__name__
+      if name.startswith('_') or not own:
+        continue
+      if callable(value) or name.isupper():
+        assert getattr(config_lib, name) is value, (module.__name__, name)
+
+
+def test_a_task_config_s_own_word_is_left_to_it(tmp_path):
+  """A task config may take a word of its own (parse_arg's defaults); load_config applies only
+  the shared words and leaves that one to it."""
+  path = tmp_path / 'own.py'
+  path.write_text(pathlib.Path(LISTOPS).read_text().replace(
+      'config_lib.parse_arg(arg)', 'config_lib.parse_arg(arg, causal=False)'))
+  config = config_lib.load_config(f'{path}:transformer,quick,causal')
+  assert config.model_name == 'transformer' and config.max_length == 60
+  with pytest.raises(ValueError, match="Unknown word 'causl'"):
+    config_lib.load_config(f'{path}:transformer,causl')

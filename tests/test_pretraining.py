@@ -341,9 +341,11 @@ def test_pretrained_folder_without_a_finished_pretraining_is_refused(tmp_path):
 
 @pytest.mark.parametrize('spec, overrides, field, fix', [
     ('configs/listops.py:transformer,quick,spt', (), 'model_name',
-     'use --config configs/listops.py:transformer'),
+     'use --config configs/listops.py:transformer,quick'),
     ('configs/pathfinder.py:luna16,quick,spt', (), 'task',
-     'use --config configs/pathfinder.py:luna16'),
+     'use --config configs/pathfinder.py:luna16,quick'),
+    ('configs/listops.py:transformer,quick,spt', ('--config.model.dim=32',), 'model_name',
+     'use --config configs/listops.py:transformer,quick --config.model.dim=32'),
     ('configs/listops.py:luna16,quick,spt', ('--config.model.dim=32',), 'model.dim',
      'set --config.model.dim=32'),
     ('configs/listops.py:luna16,quick,spt', ('--config.append_eos=true',), 'append_eos',
@@ -351,14 +353,24 @@ def test_pretrained_folder_without_a_finished_pretraining_is_refused(tmp_path):
 ])
 def test_pretrained_folder_of_another_task_model_vocabulary_or_size_is_refused(
     tmp_path, spec, overrides, field, fix):
+  """The line names what differs and the option that fine-tunes the pretraining: for another
+  task or model its preset with every word but spt (quick kept), which is then accepted."""
   folder = fake_pretraining(tmp_path / 'other', spec, *overrides)
   message = one_line_error('configs/listops.py:luna16,quick', f'--config.pretrained={folder}')
   assert 'pretrained another encoder' in message and f'({field} ' in message
   assert f'to fine-tune it {fix}, or' in message
   assert 'objective' not in message  # the objective is the pretraining's own, never blamed
-  if fix.startswith('set'):  # the suggested override is the one that fine-tunes it
-    config_lib.validate(config_lib.load_config('configs/listops.py:luna16,quick', [
-        f'--config.pretrained={folder}', fix.split()[-1]]))
+  words = fix.split()[1:]
+  given = words[1] if words[0] == '--config' else 'configs/listops.py:luna16,quick'
+  flags = [w for w in words if w.startswith('--config.')]
+  config_lib.validate(config_lib.load_config(given, [f'--config.pretrained={folder}', *flags]))
+
+
+def test_a_pretrained_folder_that_does_not_exist_is_not_found(tmp_path):
+  message = one_line_error('configs/listops.py:luna16,quick',
+                           f'--config.pretrained={tmp_path / "nowhere"}')
+  assert message.startswith(f"config.pretrained = '{tmp_path / 'nowhere'}' not found")
+  assert 'holds no' not in message
 
 
 @pytest.mark.parametrize('spec', ['configs/listops.py:luna16,quick',

@@ -106,6 +106,21 @@ def test_pixel_windows_are_whole_rows_in_raster_order():
   np.testing.assert_array_equal(visible[0], np.arange(16) >= 8)  # 5 tokens: two whole rows
 
 
+@pytest.mark.parametrize('relative, column', [(False, 'window (tokens)'),
+                                              (True, 'window (fraction of each input)')])
+def test_the_table_names_the_unit_of_every_column(relative, column):
+  found = {'task': 'listops', 'model': 's5', 'seed': 0, 'checkpoint': 'best', 'step': 40,
+           'test_examples': 8, 'relative': relative, 'windows': [0.5, 1] if relative else [4, 8],
+           'input_lengths': {'test': {'median': 6.0, 'p90': 8.0, 'max': 9, 'inputs': 8}},
+           'accuracy': {p: [0.25, 0.5] for p in probe.PLACEMENTS}, 'full_accuracy': 0.5,
+           'majority_rate': 0.125}
+  lines = probe.probe_table(found).splitlines()
+  assert lines[2] == (f'| {column} | ' + ' | '.join(f'{p}: accuracy (%)' for p in probe.PLACEMENTS)
+                      + ' |')
+  assert lines[4].endswith('| 25.0 | 25.0 | 25.0 |') and lines[5].endswith('| 50.0 | 50.0 | 50.0 |')
+  assert lines[-1] == 'full input 50.0%, majority class 12.5%'
+
+
 def test_retrieval_windows_both_documents():
   config = tiny.config('/nonexistent', 'transformer')
   config.task = 'retrieval'
@@ -171,7 +186,8 @@ def test_without_windows_the_probe_derives_them_prints_its_table_and_warns_when_
   assert saved['windows'][-1] == lengths['max'] and min(saved['windows']) < lengths['median']
   out = capsys.readouterr().out.splitlines()
   assert out[1] == f"test inputs: {probe.describe_lengths(lengths)}"
-  assert out[2] == '| window (tokens) | start | end | random |'
+  assert out[2] == ('| window (tokens) | start: accuracy (%) | end: accuracy (%) | '
+                    'random: accuracy (%) |')
   rows = out[4:4 + len(saved['windows'])]
   assert [row.split(' | ')[0] for row in rows] == [f'| {w}' for w in saved['windows']]
   assert rows[-1].endswith(' | '.join([f"{100 * saved['full_accuracy']:.1f}"] * 3) + ' |')
@@ -192,7 +208,7 @@ def test_relative_windows_end_at_the_full_input(run, capsys):
   assert saved['relative'] and saved['windows'] == [0.25, 1.0]
   for placement in probe.PLACEMENTS:
     assert saved['accuracy'][placement][-1] == saved['full_accuracy']
-  assert '| window (fraction) |' in capsys.readouterr().out
+  assert '| window (fraction of each input) |' in capsys.readouterr().out
 
 
 def test_a_sweep_folder_gets_one_figure_per_task(run, capsys):

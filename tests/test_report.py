@@ -373,7 +373,7 @@ def test_a_single_quick_run_is_marked_shortened(tmp_path):
 
 def test_every_written_markdown_table_is_well_formed(tmp_path):
   """Runs of one row that trained different steps (ListOps 300, Pathfinder 200) share the
-  Training cell without a raw ' | '; Table 3 has only the head that ran."""
+  Training cell without a raw ' | '; without a mean_p run there is no Table 3."""
   sweep = tmp_path / 'sweep'
   for seed in (0, 1):
     write_result(sweep, 'listops', 'luna16', 'cls', seed, 0.4,
@@ -383,7 +383,8 @@ def test_every_written_markdown_table_is_well_formed(tmp_path):
                                 'num_train_steps=200'))
   paths = report.make_report(sweep, out_dir=tmp_path / 'out')
   written = [p for p in paths if p.suffix == '.md']
-  assert {p.name for p in written} == {'table1.md', 'table3.md'}
+  # No mean_p run: Table 3 (the heads compared) is not written.
+  assert {p.name for p in written} == {'table1.md', 'groups.md', 'orderings.md'}
   for path in written:
     for table in tables.parse_markdown(path.read_text()):
       assert all(len(row) == len(table['header']) for row in table['rows'])
@@ -391,8 +392,7 @@ def test_every_written_markdown_table_is_well_formed(tmp_path):
   table1 = tables.parse_markdown((tmp_path / 'out' / 'table1.md').read_text())[0]
   assert table1['header'][-1] != 'Training'  # one row of ours: its training is in the caption
   assert '; Pathfinder: 200 steps' in (tmp_path / 'out' / 'table1.md').read_text().splitlines()[0]
-  table3 = tables.parse_markdown((tmp_path / 'out' / 'table3.md').read_text())[0]
-  assert [row[:2] for row in table3['rows'] if row[2] == 'ours'] == [['Luna-16', 'cls']]
+  assert 'No ordering has both of its groups here.' in (tmp_path / 'out' / 'orderings.md').read_text()
 
 
 def test_missing_profile_names_the_flag_says_optional_and_which_command(sweep, tmp_path, capsys):
@@ -421,6 +421,9 @@ def test_figure_without_profile_puts_each_model_at_one_speed_and_labels_apart(sw
   for collection, text in zip(fig.axes[0].collections, fig.axes[0].texts):
     xs.setdefault(text.get_text().split(' ')[0], set()).add(collection.get_offsets()[0][0])
   assert all(len(x) == 1 for x in xs.values()), xs
+  # The tables' labels (Luna-16, not the config name luna16), each head apart; whole circles.
+  assert [t.get_text() for t in fig.axes[0].texts] == ['Luna-16']  # the only row with the average
+  assert not any(c.get_clip_on() for c in fig.axes[0].collections)
   assert 'median logged over all runs of each model' in fig.axes[0].get_xlabel()
   # Logged speeds carry the machine's load: the axis starts at 0, not at the slowest model.
   left, right = fig.axes[0].get_xlim()

@@ -1,6 +1,6 @@
 """What a run says before it runs (run_size): the default model marked, the size and time bound
-against their formulas, the long-run warning, --help's lists; and the first progress line after
-the first timed steps, not after log_every."""
+against their formulas, --print_config's timed steps, the long-run warning, --help's lists; and
+the first progress line after the first timed steps, not after log_every."""
 
 import types
 
@@ -84,6 +84,52 @@ def test_describe_reads_no_data_and_counts_parameters(tmp_path):
   assert lines[1] == f'size: {num_params / 1e6:.3g} M parameters.'
   assert str(tmp_path / 'data' / 'listops-quick') in lines[2] and 'num_train 400' in lines[2]
   assert lines[3].startswith('time: at least') and 'for 10 steps' in lines[3] and seconds > 0
+
+
+@pytest.mark.parametrize('measure, bound_s, timed', [
+    (True, 0.01, True),    # --print_config, a step cheap to time: timed
+    (True, 5.0, False),    # a step too large to time here in seconds: the bound
+    (False, 0.01, False),  # a run's own first lines: the bound (training times itself)
+])
+def test_print_config_times_a_cheap_step_and_bounds_the_others(tmp_path, monkeypatch, measure,
+                                                               bound_s, timed):
+  config = tiny.config(tmp_path / 'data')
+  flops_per_s = 1e11
+  monkeypatch.setattr(run_size, 'step_cost', lambda c: (2_000_000, bound_s * flops_per_s))
+  monkeypatch.setattr(run_size, 'matmul_flops_per_s', lambda: flops_per_s)
+  monkeypatch.setattr(run_size, 'measured_step_s', lambda c: 0.25)
+  lines, seconds = run_size.describe(config, steps_left=1600, measure=measure)
+  if timed:  # 1600 steps x 0.25 s = 400 s
+    assert seconds == pytest.approx(400.0)
+    assert lines[3].startswith('time: about 0:06:40 (h:mm:ss) of training for 1600 steps on ')
+    assert f'the median of {run_size.MEASURED_STEPS} steps timed now' in lines[3]
+  else:
+    assert seconds == pytest.approx(run_size.time_bound_s(bound_s * flops_per_s, 1600,
+                                                          flops_per_s))
+    assert lines[3].startswith('time: at least') and 'the real time is longer' in lines[3]
+
+
+def test_a_measured_step_is_the_median_of_the_training_step_vmapped_over_one_seed(
+    tmp_path, monkeypatch):
+  """Timed as training runs it (vmapped over a seed axis of one), after one untimed step; a step
+  that does not fit the device gives no time."""
+  from lra_luna.profile import measure  # pylint: disable=g-import-not-at-top
+  config = tiny.config(tmp_path / 'data')
+  calls = []
+
+  def timed_steps(step, state, batch, dropout_key, *, warmup, repeats):
+    calls.append((warmup, repeats, batch['inputs'].shape, dropout_key.shape))
+    return [0.3, 0.1, 0.2]
+
+  monkeypatch.setattr(measure, 'timed_steps', timed_steps)
+  assert run_size.measured_step_s(config) == 0.2
+  assert calls == [(1, run_size.MEASURED_STEPS, (1, config.batch_size, config.max_length), (1,))]
+
+  def out_of_memory(config):
+    raise MemoryError('no room')
+
+  monkeypatch.setattr(measure, 'build_step', out_of_memory)
+  assert run_size.measured_step_s(config) is None
 
 
 def test_config_help_lists_every_task_model_and_word():

@@ -9,6 +9,7 @@ field is one line below. No JAX here: the config layer and `report` import this 
 
 import dataclasses
 
+from lra_luna import cli
 # The heads, and which a model's attention can pool, belong to the model registry.
 from lra_luna.registry import (HEADS, heads_of, rotary_models,  # pylint: disable=unused-import
                                takes_rotary)
@@ -99,9 +100,12 @@ class ModelConfig:
                            ('pair_features', PAIR_FEATURES),
                            ('dual_head_layers', DUAL_HEAD_LAYERS),
                            ('attention_implementation', ATTENTION_IMPLEMENTATIONS)):
-      if getattr(self, field) not in choices:
-        raise ValueError(f'config.model.{field} = {getattr(self, field)!r} is not valid; valid '
-                         f'choices: {list(choices)}.')
+      value = getattr(self, field)
+      if value not in choices:
+        close = cli.closest(value, choices)
+        hint = f' Did you mean {close!r}?' if close else ''
+        raise ValueError(f'config.model.{field} = {value!r} is not valid; valid choices: '
+                         f'{list(choices)}.{hint}')
     if self.positions == 'rotary' and not takes_rotary(self.attention):
       raise ValueError(f"config.model.positions = 'rotary' needs queries and keys with positions, "
                        f'which attention {self.attention!r} has not; the models that take it: '

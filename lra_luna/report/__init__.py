@@ -1,22 +1,38 @@
-"""Tables and figure of a sweep, beside the published numbers (registry.py, published.py).
+"""Tables and figures of a sweep (or of a record), beside the published numbers (registry.py,
+published.py).
 
-  python -m lra_luna.report runs/sweep [--checkpoint best|last] [--profile profile.json]
-                            [--out_dir runs/sweep/report]
+  python -m lra_luna.report SWEEP_DIR_OR_RECORD.csv [--size quick|mid|full] [--record RECORD.csv]
+                            [--checkpoint best|last] [--profile profile.json] [--out_dir DIR]
 
 Reads every results.json under the sweep folder (by its own task/model/head/seed keys, not its
-path) and writes to out_dir (default SWEEP_DIR/report), each table through lra_luna/tables.py:
+path), only those of --size if given (their presets' size words: quick, mid, mid,long; full for a
+preset without one), and writes to out_dir (default SWEEP_DIR/report), each table through
+lra_luna/tables.py:
 - table1.{md,tex,csv}: test accuracy per task and (model, head): mean ± sample std (ddof=1) over
-  seeds with n; the average over the five tasks and without Retrieval; the papers' rows beside.
-- table3.{md,tex,csv}: Luna's [CLS] (`cls`) vs mean-pooled final P (`mean_p`) on ListOps, Text,
-  Retrieval, with their average; only the heads that ran.
+  seeds with n; the average over the five tasks and without Retrieval; the papers' rows beside;
+  under it, what one cue of the same data gives where that data is on this machine (ListOps'
+  majority class and first token, Pathfinder's majority class and circle distance; lra_luna/cues).
+- table3.{md,tex,csv}, when a Luna model ran with the mean-pooled P head (`mean_p`): its [CLS]
+  (`cls`) vs `mean_p` on ListOps, Text, Retrieval, with their average.
 - table_spt.{md,tex,csv} (when the folder holds self-pretrained runs, `<model>+spt`): each model
   and head from scratch beside the same after self-pretraining (docs/spt.md), per task.
+- groups.{md,tex,csv}, orderings.{md,tex,csv} and groups.png (report/orderings.py): each group's
+  accuracy per seed, and the papers' published orderings put to the test, each with its 95%
+  Welch interval and verdict; the caption names the size, steps and checkpoint, the last line
+  counts the distinguishable ones; the figure: mean ± std per group beside the published value.
 - figure1.{png,pdf}: accuracy (y) vs training steps/s (x), circle area proportional to memory.
 - positions.{md,tex,csv}, when runs with rotary positions (`<model>+rotary`) sit beside their
   model's: own vs rotary positions per task and their difference (docs/positions.md).
 - probe_<task>.png, when the runs were probed (python -m lra_luna.probe, their probe.json):
   accuracy against the window of tokens the models see, a line per model.
 Accuracies are percent of the chosen checkpoint's test set; every table says which checkpoint.
+Each published number names its paper and table.
+
+The record (report/record.py): --record FILE merges each finished run's row (size, task, group,
+seed, steps, test accuracy at both checkpoints, the commit and machine of its results.json, its
+preset and overrides) into a CSV of your own, a rerun replacing its row. Given that CSV instead
+of a folder, report writes its groups, orderings and group figure (default out_dir
+runs/report_<its name>); rows without a commit are marked in them.
 A missing cell is '—' (empty in CSV), never 0; an average needs every one of its tasks.
 
 How each run trained is what it recorded at train time (results.json 'run',
@@ -48,13 +64,15 @@ data, and CUT SHORT with what falls short of the protocol) then close every tabl
 under the figure and fill a 'campaign' column of the CSVs.
 
 Modules: runs (results.json files, seed statistics, run records), sources (data and campaign
-facts), tables (Tables 1 and 3), figures (Figure 1), command (make_report, main).
+facts), tables (Tables 1 and 3), figures (Figure 1), orderings (groups, published orderings),
+record (the record CSV), command (make_report, main).
 """
 
 from lra_luna.report.command import load_profile, main, make_report
 from lra_luna.report.figures import (figure1, measured_points, model_speeds, profile_speeds,
                                      write_figure)
-from lra_luna.report.runs import (AVG, AVG_NO_RETRIEVAL, CHECKPOINTS, MISSING, TASK_NAMES, Cell,
+from lra_luna.report.runs import (AVG, AVG_NO_RETRIEVAL, CHECKPOINTS, MISSING, TASK_NAMES,
+                                  UNRECORDED, Cell, run_size,
                                   average, describe_run, describe_training, load_results,
                                   run_records, seed_statistics, summarize)
 from lra_luna.report.sources import CAMPAIGN_FILE, campaign_note, data_sources, describe_data

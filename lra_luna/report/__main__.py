@@ -1,4 +1,5 @@
-"""python -m lra_luna.report SWEEP_DIR [--checkpoint best|last] [--profile FILE] [--out_dir DIR]"""
+"""python -m lra_luna.report SWEEP_DIR_OR_RECORD.csv [--size S] [--record FILE]
+   [--checkpoint best|last] [--profile FILE] [--out_dir DIR]"""
 
 import sys
 

@@ -9,6 +9,7 @@ import textwrap
 
 from lra_luna import config_lib
 from lra_luna import published
+from lra_luna import registry
 from lra_luna.report.runs import TASK_NAMES, average, describe_training, is_shortened, row_order
 from lra_luna.training import run_folder
 
@@ -158,8 +159,9 @@ def draw_points(ax, points: dict) -> list:
   labels = []
   for (model, head), (x, y, memory) in sorted(points.items(), key=lambda kv: row_order(kv[0])):
     area = 2000.0 * memory / biggest if memory and biggest else 200.0  # area ∝ memory
-    ax.scatter([x], [y], s=area, alpha=0.5, edgecolors='black')
-    label = f'{model} [{head}]' if model in several_heads else model
+    # Not clipped: the slowest model sits at the x axis's 0 and keeps its whole circle.
+    ax.scatter([x], [y], s=area, alpha=0.5, edgecolors='black', clip_on=False)
+    label = registry.label(model) + (f' [{head}]' if model in several_heads else '')
     if memory:
       label += f'\n{memory / 2**30:.2f} GiB'
     labels.append((label, x, y))

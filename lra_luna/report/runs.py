@@ -20,12 +20,13 @@ AVG, AVG_NO_RETRIEVAL = 'avg', 'avg_no_retrieval'
 RESULT_KEYS = ('task', 'model', 'head', 'seed')
 
 
-def load_results(sweep_dir) -> list[dict]:
-  """Every results.json under sweep_dir, each with its folder as 'workdir'."""
+def load_results(sweep_dir, size: str | None = None) -> list[dict]:
+  """Every results.json under sweep_dir (only those of `size`, run_size, where given), each
+  with its folder as 'workdir'."""
   if not pathlib.Path(sweep_dir).is_dir():
     raise FileNotFoundError(f'{sweep_dir} is not a folder; give the --sweep_dir of a sweep (or '
                             'any folder holding run folders with results.json).')
-  found, seen = [], {}
+  found, seen, sizes = [], {}, set()
   for path in run_folder.result_files(sweep_dir):
     try:
       result = json.loads(path.read_text())
@@ -35,14 +36,37 @@ def load_results(sweep_dir) -> list[dict]:
     if missing:
       raise ValueError(f'{path}: no {", ".join(missing)} field; not a results.json of '
                        'run_lra.py. Move it out of the sweep folder.')
+    sizes.add(run_size(result))
+    if size and run_size(result) != size:
+      continue
     result = {**result, 'model': regime_label(result)}
     key = tuple(result[k] for k in RESULT_KEYS)
     if key in seen:
       # Averaging a run twice would weigh it double; the user must say which one counts.
-      raise ValueError(f'Two results for task/model/head/seed {key}: {seen[key]} and {path}.')
+      sizes = sorted({run_size(result), run_size(json.loads(seen[key].read_text()))})
+      choose = (f' They are of sizes {" and ".join(sizes)}: choose one with --size.'
+                if len(sizes) > 1 else '')
+      raise ValueError(f'Two results for task/model/head/seed {key}: {seen[key]} and {path}.'
+                       + choose)
     seen[key] = path
     found.append({**result, 'workdir': path.parent})
+  if sizes and not found:
+    raise ValueError(f'{sweep_dir} holds no finished run of size {size!r}; its sizes: '
+                     f'{", ".join(sorted(sizes))} (--size).')
   return found
+
+
+UNRECORDED = 'unrecorded'  # the size of a run whose results.json has no run record (its preset)
+
+
+def run_size(result: dict) -> str:
+  """The size words of a run's preset ('listops.py:s5,mid,long,spt' -> 'mid,long'), 'full' for
+  a preset without any, UNRECORDED for a results.json without its run record."""
+  preset = (result.get('run') or {}).get('preset')
+  if preset is None:
+    return UNRECORDED
+  words = preset.partition(':')[2].split(',')
+  return ','.join(w for w in words if w in config_lib.SHORTENING_WORDS) or 'full'
 
 
 def regime_label(result: dict) -> str:

@@ -109,8 +109,8 @@ def table3(summary: dict, checkpoint: str, training: dict | None = None) -> Accu
       rows.append(Row(model, head, 'ours', {**cells, AVG: average(cells, task_names)}, group,
                       (training or {}).get((model, head), [])))
     rows += [published_row(p, group, columns) for p in published.TABLE3 if p.model == model]
-  if not models:
-    return None
+  if not models or not any(head == 'mean_p' for _, head in ran):
+    return None  # Table 3 compares the heads: without a P run it has nothing to compare
   title = (f'Table 3: [CLS] (cls) vs mean-pooled P (mean_p), test accuracy (%), '
            f'{CHECKPOINTS[checkpoint]}; ours: mean ± sample std over seeds (n seeds).')
   return AccuracyTable('table3', title + training_title(rows), columns, rows)

@@ -78,7 +78,8 @@ def final_results(config, runs, state, data, evaluate, label, num_params, monito
     results = {'task': config.task, 'model': label, 'head': config.model.head,
                'protocol': config.protocol,
                'seed': int(run.seed), 'num_params': num_params, 'steps': total,
-               'test_majority_rate': steps.majority_rate(data.splits['test']['targets']),
+               'test_majority_rate': steps.majority_rate(
+                   data.splits['train']['targets'], data.splits['test']['targets']),
                'data': data_record(config, data), 'run': config_lib.run_record(config),
                'precision': steps.precision_record(config),
                'environment': environment.environment_record()}
