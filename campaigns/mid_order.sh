@@ -17,7 +17,7 @@ for spec in listops.py:s4d,mid listops.py:s5,mid listops.py:luna16,mid listops.p
   echo "$(date -u +%FT%TZ) end $spec rc $? load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 # The Luna paper's Table 3 (mean-pooled P above [CLS]): Luna-16 with the P head, its own group
-# (SWEEP_DIR/listops/luna16/mean_p; mid_evidence names it luna16/mean_p).
+# (SWEEP_DIR/listops/luna16/mean_p; report names it luna16/mean_p).
 echo "$(date -u +%FT%TZ) start listops.py:luna16,mid --heads mean_p"
 python -m lra_luna.sweep --config configs/listops.py:luna16,mid --heads mean_p --seeds 0,1,2,3,4 --mode vmap --sweep_dir $D --override progress_bar=False
 echo "$(date -u +%FT%TZ) end listops.py:luna16,mid --heads mean_p rc $?"

@@ -42,10 +42,9 @@ def check_settings(length: int, num_kv_pairs: int, vocab_size: int, power_a: flo
     raise ValueError(f'MQAR: {num_kv_pairs} key-value pairs do not fit max_length = {length}: '
                      f'the pairs take 2N positions and the queries need 2N more (4N <= L); use '
                      f'--config.mqar.num_kv_pairs <= {length // 4}.')
-  if vocab_size <= length or vocab_size // 2 - 1 < num_kv_pairs:
+  if vocab_size <= length:  # with 4N <= L this also leaves V/2 - 1 >= N distinct keys
     raise ValueError(f'MQAR: a vocabulary of {vocab_size} is too small for max_length = {length} '
-                     f'and {num_kv_pairs} pairs (Zoology needs V > L, and V/2 - 1 >= N distinct '
-                     f'keys); raise --config.mqar.vocab_size.')
+                     f'(Zoology needs V > L); raise --config.mqar.vocab_size.')
   if not 0 < power_a <= 1:
     raise ValueError(f'MQAR: power_a = {power_a} is not in (0, 1]; the gap law is '
                      f'p(g) ~ a g^(a-1) (Zoology: 0.01).')

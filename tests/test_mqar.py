@@ -1,0 +1,119 @@
+"""The MQAR generator (lra_luna/datasets/mqar.py) against Zoology's definition, checked directly on
+the arrays it makes."""
+
+import numpy as np
+import pytest
+
+from lra_luna.datasets import mqar
+
+LENGTH, PAIRS, VOCAB = 64, 4, 256
+
+
+@pytest.fixture(scope='module')
+def examples():
+  return mqar.generate_mqar(500, LENGTH, PAIRS, vocab_size=VOCAB, seed=3)
+
+
+def test_the_same_seed_gives_the_same_arrays_and_another_seed_others(examples):
+  again = mqar.generate_mqar(500, LENGTH, PAIRS, vocab_size=VOCAB, seed=3)
+  other = mqar.generate_mqar(500, LENGTH, PAIRS, vocab_size=VOCAB, seed=4)
+  for name in examples:
+    np.testing.assert_array_equal(examples[name], again[name])
+  assert not np.array_equal(examples['inputs'], other['inputs'])
+
+
+def test_pairs_first_then_every_key_once_as_a_query_at_an_even_offset(examples):
+  inputs, positions, values = (examples['inputs'], examples['query_positions'],
+                               examples['targets'])
+  keys, context_values = inputs[:, 0:2 * PAIRS:2], inputs[:, 1:2 * PAIRS:2]
+  np.testing.assert_array_equal(context_values, values)  # query i asks for pair i's value
+  assert ((keys >= 1) & (keys < VOCAB // 2)).all()
+  assert ((values >= VOCAB // 2) & (values < VOCAB)).all()
+  for row in range(len(inputs)):
+    assert len(set(keys[row])) == PAIRS and len(set(values[row])) == PAIRS
+    np.testing.assert_array_equal(inputs[row, positions[row]], keys[row])
+    second = inputs[row, 2 * PAIRS:]
+    # Each key once as a query, nothing else but zeros in the second part.
+    assert sorted(second[second != 0]) == sorted(keys[row])
+  assert ((positions - 2 * PAIRS) % 2 == 0).all() and (positions >= 2 * PAIRS).all()
+
+
+def test_no_value_appears_after_its_query(examples):
+  inputs, positions, values = (examples['inputs'], examples['query_positions'],
+                               examples['targets'])
+  for row in range(len(inputs)):
+    for position, value in zip(positions[row], values[row]):
+      assert value not in inputs[row, position:]
+
+
+def test_random_fillers_are_none_of_the_keys_and_values():
+  data = mqar.generate_mqar(300, LENGTH, PAIRS, vocab_size=VOCAB, random_non_queries=True, seed=0)
+  inputs, positions, values = data['inputs'], data['query_positions'], data['targets']
+  assert (inputs != 0).all()
+  for row in range(len(inputs)):
+    taken = set(inputs[row, :2 * PAIRS])
+    fillers = np.delete(inputs[row, 2 * PAIRS:], positions[row] - 2 * PAIRS)
+    assert not taken & set(fillers)
+    for position, value in zip(positions[row], values[row]):
+      assert value not in inputs[row, position:]
+
+
+def test_labels_only_at_query_positions(examples):
+  labels = mqar.position_labels(examples['query_positions'], examples['targets'], LENGTH)
+  assert ((labels != -100).sum(axis=1) == PAIRS).all()
+  np.testing.assert_array_equal(
+      np.take_along_axis(labels, examples['query_positions'].astype(np.int64), 1),
+      examples['targets'])
+
+
+def test_gaps_follow_the_power_law():
+  data = mqar.generate_mqar(4000, 256, 4, vocab_size=1024, seed=1)
+  gaps = (data['query_positions'] - 8) // 2
+  counts = np.bincount(gaps.ravel(), minlength=124)
+  # With a = 0.01 p(g) falls as 1/g: the first gap is drawn far more often than the tenth.
+  assert counts[0] > 5 * counts[9] > 0
+  p = mqar.gap_probabilities(124, 0.01)
+  assert p[0] / p[9] == pytest.approx(10 ** 0.99)
+
+
+@pytest.mark.parametrize('length, pairs, vocab, message', [
+    (63, 4, 256, 'odd'), (64, 17, 256, 'do not fit'), (64, 4, 64, 'too small'),
+    (64, 4, 256, 'power_a')])
+def test_bad_settings_are_refused_in_one_line(length, pairs, vocab, message):
+  with pytest.raises(ValueError, match=message) as error:
+    mqar.generate_mqar(10, length, pairs, vocab_size=vocab,
+                       power_a=1.5 if message == 'power_a' else 0.01)
+  assert '\n' not in str(error.value)
+
+
+def test_the_overlap_count_finds_shared_rows(examples):
+  assert mqar.rows_in(examples['inputs'][:10], examples['inputs']) == 10
+  other = mqar.generate_mqar(200, LENGTH, PAIRS, vocab_size=VOCAB, seed=30)
+  assert mqar.rows_in(other['inputs'], examples['inputs']) == 0
+
+
+def mqar_config(**mqar_settings):
+  import ml_collections
+  settings = dict(num_kv_pairs=PAIRS, vocab_size=VOCAB, power_a=0.01, random_non_queries=False,
+                  seed=0, num_train=300, num_val=50, num_test=60)
+  settings.update(mqar_settings)
+  return ml_collections.ConfigDict({'max_length': LENGTH, 'mqar': settings})
+
+
+def test_the_loader_records_the_generator_and_its_settings():
+  data = mqar.load_mqar(mqar_config())
+  assert data.source['generator'] == mqar.GENERATOR
+  assert data.source['settings'] == {'length': LENGTH, 'num_kv_pairs': PAIRS, 'vocab_size': VOCAB,
+                                     'power_a': 0.01, 'random_non_queries': False, 'seed': 0}
+  assert data.source['examples'] == {'train': 300, 'validation': 50, 'test': 60}
+  assert data.source['test_in_train'] == 0
+  # The test split comes from seed + 10, as Zoology's.
+  test = mqar.generate_mqar(60, LENGTH, PAIRS, vocab_size=VOCAB, seed=10)
+  np.testing.assert_array_equal(data.splits['test']['inputs'], test['inputs'])
+  assert data.source['fingerprint'] == mqar.load_mqar(mqar_config()).source['fingerprint']
+
+
+def test_a_test_set_that_repeats_the_training_set_is_refused(monkeypatch):
+  monkeypatch.setattr(mqar, 'SPLIT_SEEDS', {'train': 0, 'validation': 1, 'test': 0})
+  with pytest.raises(mqar.base.DataError, match='also occur in the training set'):
+    mqar.load_mqar(mqar_config(num_test=300))  # the same seed and size: the same examples
