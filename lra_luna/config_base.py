@@ -252,6 +252,8 @@ def use_smoke_settings(config: ml_collections.ConfigDict) -> ml_collections.Conf
     config.listops.update(num_train=train_examples, num_val=eval_examples,
                           num_test=eval_examples)
     config.dataset_name += '-smoke'
+  if 'mqar' in config:  # generated in memory: only the examples the smoke test reads
+    config.mqar.update(num_train=train_examples, num_val=eval_examples, num_test=eval_examples)
   if 'pathfinder' in config:  # split 80/10/10 in file order
     num_images = max(-(-train_examples * 10 // 8), eval_examples * 10)
     config.pathfinder.num_images = num_images

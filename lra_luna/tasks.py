@@ -32,6 +32,9 @@ TASKS = {t.name: t for t in (
     # Path-X: every model of the papers failed it (chance level), so it is in no average.
     Task('pathx', 'Path-X', 'lra_luna.datasets.pathfinder:load_pathfinder',
          ('auto', 'release', 'generated'), full_length=True, in_table1=False),
+    # Recall beside LRA (Zoology's MQAR, lra_luna/datasets/mqar.py): a token at each query.
+    Task('mqar', 'MQAR', 'lra_luna.datasets.mqar:load_mqar', ('auto', 'generated'),
+         in_table1=False),
 )}
 
 

@@ -117,3 +117,66 @@ def test_a_test_set_that_repeats_the_training_set_is_refused(monkeypatch):
   monkeypatch.setattr(mqar, 'SPLIT_SEEDS', {'train': 0, 'validation': 1, 'test': 0})
   with pytest.raises(mqar.base.DataError, match='also occur in the training set'):
     mqar.load_mqar(mqar_config(num_test=300))  # the same seed and size: the same examples
+
+
+# ------------------------------------------------------------------------------------------------
+# The task end to end: configs/mqar.py, the query-position model, the training loop.
+# ------------------------------------------------------------------------------------------------
+def tiny_config(model='transformer', causal=False, **fields):
+  from lra_luna import config_lib
+  words = f'{model},causal' if causal else model
+  config = config_lib.load_config(f'configs/mqar.py:{words}', [])
+  config.max_length = 16
+  config.mqar.update(num_kv_pairs=2, vocab_size=64, num_train=4000, num_val=200, num_test=200)
+  config.model.update(dim=32, num_heads=2, ffn_dim=64)
+  config.update({**dict(batch_size=32, eval_batch_size=100, num_train_steps=600, warmup_steps=50,
+                        learning_rate=3e-3, weight_decay=0.0, eval_every=600,
+                        checkpoint_every=600, progress_bar=False), **fields})
+  return config
+
+
+def query_logits(config, batch):
+  from lra_luna.training import steps
+  data = mqar.load_mqar(config)
+  model = steps.models.build_model(steps.model_config(config, data), seed=0)
+  return model(batch)
+
+
+@pytest.mark.parametrize('causal', [False, True])
+def test_the_model_predicts_at_the_query_positions_only(causal):
+  config = tiny_config(causal=causal)
+  batch = mqar.generate_mqar(4, 16, 2, vocab_size=64, seed=5)
+  logits = query_logits(config, batch)
+  assert logits.shape == (4, 2, 64)
+
+
+def test_a_causal_model_is_blind_to_later_tokens_and_a_bidirectional_one_is_not():
+  batch = mqar.generate_mqar(4, 16, 2, vocab_size=64, seed=5)
+  first = batch['query_positions'].min(axis=1)
+  changed = dict(batch, inputs=batch['inputs'].copy())
+  for row, position in enumerate(first):
+    changed['inputs'][row, position + 1:] = 7
+  for causal in (True, False):
+    config = tiny_config(causal=causal)
+    before, after = query_logits(config, batch), query_logits(config, changed)
+    at_first = batch['query_positions'] == first[:, None]
+    same = np.allclose(np.asarray(before)[at_first], np.asarray(after)[at_first], atol=1e-5)
+    assert same == causal
+
+
+def test_causal_is_refused_for_a_model_without_a_causal_form():
+  from lra_luna import config_lib
+  with pytest.raises(ValueError, match='causal form'):
+    config_lib.load_config('configs/mqar.py:linformer,causal', [])
+
+
+@pytest.mark.slow
+def test_a_short_run_records_the_chance_level_the_setting_and_the_generator(tmp_path):
+  from lra_luna.training import train
+  config = tiny_config(causal=True, num_train_steps=20, eval_every=20, checkpoint_every=20)
+  results = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert results['test_chance_rate'] == 0.5 and results['causal'] is True
+  assert results['data']['generator'] == mqar.GENERATOR
+  assert results['data']['settings']['num_kv_pairs'] == 2
+  # Accuracy over every query of the 200 test examples: a multiple of 1 / 400.
+  assert (results['test_accuracy'] * 400) == pytest.approx(round(results['test_accuracy'] * 400))

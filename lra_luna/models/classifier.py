@@ -75,6 +75,9 @@ class DualEncoderClassifier(SequenceClassifier):
 def build_model(cfg: ModelConfig, seed: int) -> nnx.Module:
   """The classifier that `cfg` describes, its parameters drawn from `seed`."""
   rngs = nnx.Rngs(params=seed)
+  if cfg.predict == 'queries':
+    from lra_luna.models.recall import QueryTokenPredictor  # pylint: disable=import-outside-toplevel
+    return QueryTokenPredictor(cfg, rngs)
   if cfg.dual_encoder:
     return DualEncoderClassifier(cfg, rngs)
   return SequenceClassifier(cfg, rngs)

@@ -23,6 +23,7 @@ DTYPES = ('float32', 'bfloat16', 'float16')
 PAIR_FEATURES = ('concat', 'full', 'concat_reversed')
 DUAL_HEAD_LAYERS = (1, 2)
 ATTENTION_IMPLEMENTATIONS = ('vanilla', 'fused')
+PREDICTIONS = ('class', 'queries')
 # The attentions (and blocks) with a causal form (`causal`: position t reads positions <= t):
 # the softmax Transformer (vanilla), Luna (eq. 7, attention/causal_luna.py), S4D (its one-sided
 # kernel) and Mega (its one-sided EMA, causal attention).
@@ -73,6 +74,9 @@ class ModelConfig:
   # objective: position t reads positions <= t only, in pretraining and fine-tuning alike).
   mask_token: bool = False
   causal: bool = False
+  # What the model outputs: 'class' one label per sequence (LRA) | 'queries' a token at each of
+  # batch['query_positions'] (MQAR, models/recall.py).
+  predict: str = 'class'
   # Filled in from the data at run time.
   vocab_size: int = 0               # token ids are 0..vocab_size-1 ([CLS] is vocab_size)
   num_classes: int = 0              # output classes
@@ -99,7 +103,8 @@ class ModelConfig:
                            ('p_init', P_INITS), ('dtype', DTYPES),
                            ('pair_features', PAIR_FEATURES),
                            ('dual_head_layers', DUAL_HEAD_LAYERS),
-                           ('attention_implementation', ATTENTION_IMPLEMENTATIONS)):
+                           ('attention_implementation', ATTENTION_IMPLEMENTATIONS),
+                           ('predict', PREDICTIONS)):
       value = getattr(self, field)
       if value not in choices:
         close = cli.closest(value, choices)

@@ -91,6 +91,9 @@ def final_results(config, runs, state, data, evaluate, label, num_params, monito
                     for k in ('val_accuracy', 'val_loss', 'test_accuracy', 'test_loss')})
     if run.pretrained_from is not None:
       results['pretraining'] = pretraining_record(run.pretrained_from)
+    if config.model.get('predict') == 'queries':  # MQAR: recall nothing, guess among N values
+      results['test_chance_rate'] = 1.0 / data.splits['test']['targets'].shape[1]
+      results['causal'] = bool(config.model.causal)
     monitor.write(total, i, {'test_accuracy': results['test_accuracy'],
                              'test_loss': results['test_loss']})
     close_run(run, results, is_writer)

@@ -37,7 +37,8 @@ def model_config(config, data) -> ModelConfig:
   objective = config.get('pretraining', {}).get('objective', '')
   return ModelConfig.from_config(config.model, vocab_size=data.vocab_size,
                                  num_classes=data.num_classes, max_length=config.max_length,
-                                 mask_token=objective == 'masked', causal=objective == 'causal')
+                                 mask_token=objective == 'masked',
+                                 causal=objective == 'causal' or bool(config.model.causal))
 
 
 def pretraining_objective(config, data) -> objectives_lib.Objective | None:
@@ -77,7 +78,7 @@ def majority_rate(train_targets, test_targets) -> float:
   """The majority class's accuracy on the test set: the rate of the TRAINING set's most frequent
   label (the lowest of a tie) among the test labels, what a constant classifier fit on the
   training set scores (the test set's own most frequent label is no classifier's to know)."""
-  label = int(np.bincount(np.asarray(train_targets)).argmax())
+  label = int(np.bincount(np.asarray(train_targets).ravel()).argmax())  # MQAR: [N, queries]
   return float(np.mean(np.asarray(test_targets) == label))
 
 
@@ -176,7 +177,10 @@ def all_finite(tree) -> jax.Array:
 # Steps. State = {'params', 'constants', 'opt_state', 'step'[, 'loss_scale']}: a plain pytree.
 # ----------------------------------------------------------------------------------------------
 def weighted_cross_entropy(logits, targets, weights):
-  """Sums of loss, correct predictions and weights over a batch (weights mask padding rows)."""
+  """Sums of loss, correct predictions and weights over a batch (weights [B] mask padding rows).
+  Targets [B, K] (MQAR's queries) count each of the K predictions, its row's weight each."""
+  extra = (1,) * (targets.ndim - weights.ndim)
+  weights = jnp.broadcast_to(weights.reshape(weights.shape + extra), targets.shape)
   losses = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
   correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
   return jnp.sum(losses * weights), jnp.sum(correct * weights), jnp.sum(weights)

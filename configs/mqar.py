@@ -1,0 +1,67 @@
+"""MQAR (Zoology's multi-query associative recall, lra_luna/datasets/mqar.py): after N key-value
+pairs, each key again as a query; the model predicts its value at the query.
+
+Run:
+  python run_lra.py --config configs/mqar.py:transformer,quick --workdir runs/mqar_transformer
+Causal (each position reads only what precedes it, as Zoology), for the models with a causal form:
+  python run_lra.py --config configs/mqar.py:luna16,quick,causal --workdir runs/mqar_luna16_causal
+Words: a model, quick, smoke and causal (bidirectional without it).
+"""
+
+import ml_collections
+
+from lra_luna import config_lib
+from lra_luna import spt
+from lra_luna.models import model_config
+
+
+def get_config(arg: str = 'transformer') -> ml_collections.ConfigDict:
+  arg = config_lib.parse_arg(arg, model='transformer', causal=False)
+  c = config_lib.base_config()
+  c.task = 'mqar'
+  c.dataset_name = 'mqar'
+  c.data_source = 'generated'
+  c.max_length = 256               # L (Zoology's Figure 2: 64, 128, 256, 512)
+  c.batch_size = 256               # Zoology at L = 256
+  c.eval_batch_size = 500
+  c.num_train_steps = 25000        # 64 epochs of 100,000 examples at batch 256 (Zoology)
+  c.warmup_steps = 1000
+  c.schedule = 'cosine'
+  c.learning_rate = 2.2e-3         # one of Zoology's logspace(-4, -2, 4)
+  c.weight_decay = 0.1
+  c.eval_every = c.checkpoint_every = 1000
+
+  c.mqar = ml_collections.ConfigDict()
+  c.mqar.num_kv_pairs = 16         # N (Zoology at L = 256)
+  c.mqar.vocab_size = 8192         # keys from 1..V/2-1, values from V/2..V-1
+  c.mqar.power_a = 0.01            # the query gaps' power law
+  c.mqar.random_non_queries = False  # 0 between the queries (Figure 2); True: random tokens
+  c.mqar.num_train = 100000
+  c.mqar.num_val = 1000            # seed + 1
+  c.mqar.num_test = 3000           # seed + 10 (Zoology)
+  c.mqar.seed = 0                  # data seed (independent of the training seed)
+
+  m = c.model
+  m.predict = 'queries'            # logits at the query positions only (models/recall.py)
+  m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 64, 1, 2, 128, 128
+  m.dropout = m.attention_dropout = 0.0
+  m.causal = arg.causal
+  config_lib.set_model(c, arg.model)
+  if arg.causal and (m.attention not in model_config.CAUSAL_ATTENTIONS
+                     or m.attention_implementation != 'vanilla'):
+    raise ValueError(f'causal in configs/mqar.py:{arg.model} needs a model with a causal form; '
+                     f'those with one: {", ".join(spt.causal_models())}.')
+  if arg.quick:
+    # A 2-core CPU's size (20k examples, 3,000 steps of batch 64). Not yet calibrated: the
+    # target is the Transformer at >= 99% test accuracy within 10 minutes.
+    c.mqar.update(num_train=20000, num_val=500, num_test=1000)
+    c.batch_size = 64
+    c.eval_batch_size = 250
+    c.num_train_steps = 3000
+    c.warmup_steps = 200
+    c.learning_rate = 3e-3
+    c.weight_decay = 0.0
+    c.eval_every = c.checkpoint_every = 500
+    c.log_every = 100
+  return c
+
