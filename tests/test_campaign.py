@@ -594,7 +594,7 @@ def test_local_campaign_writes_the_report(reference):
   campaign_dir, output = reference
   assert len(results(campaign_dir)) == 2  # listops x luna16 x seeds 0, 1
   report_dir = campaign_dir / run_folder.REPORT_DIR
-  for name in ('table1.md', 'table1.tex', 'table1.csv', 'table3.md', 'table2.md', 'table2.tex',
+  for name in ('table1.md', 'table1.tex', 'table1.csv', 'table2.md', 'table2.tex',
                'profile.json', 'figure1.png', 'figure1.pdf'):
     assert (report_dir / name).stat().st_size > 0, name
   caption = (report_dir / 'table1.md').read_text().splitlines()[0]

@@ -5,7 +5,6 @@ import pathlib
 import sys
 
 from lra_luna import cli
-from lra_luna import cues
 from lra_luna import published
 from lra_luna import tables
 from lra_luna.report import figures
@@ -100,6 +99,7 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None,
       continue
     table.notes.insert(0, sources.data_note(data, [key for key, _ in table.columns]))
     if table.name == 'table1':  # what one cue of the same data gives, where it is here
+      from lra_luna import cues  # pylint: disable=import-outside-toplevel  (numpy: only with data)
       table.notes += cues.cue_notes(cues.sweep_cues(
           {r['task']: r.get('data') for r in results}))
     paths += tables.write(accuracy_tables.as_table(table, checkpoint, note), out_dir)
