@@ -178,7 +178,3 @@ def position_labels(query_positions: np.ndarray, targets: np.ndarray, length: in
   np.put_along_axis(labels, query_positions.astype(np.int64), targets.astype(np.int64), axis=1)
   return labels
 
-
-def chance_rate(num_kv_pairs: int) -> float:
-  """Accuracy of a model that recalls nothing but knows the example's N values: 1 / N."""
-  return 1.0 / num_kv_pairs

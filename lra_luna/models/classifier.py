@@ -15,6 +15,7 @@ from lra_luna.models.encoder import build_encoder, with_cls
 from lra_luna.models.encoder.embedding import compute_dtype
 from lra_luna.models.heads.classification import ClassifierHead, pool, rows_read_by
 from lra_luna.models.model_config import ModelConfig
+from lra_luna.models.recall import QueryTokenPredictor
 
 
 class SequenceClassifier(nnx.Module):
@@ -76,7 +77,6 @@ def build_model(cfg: ModelConfig, seed: int) -> nnx.Module:
   """The classifier that `cfg` describes, its parameters drawn from `seed`."""
   rngs = nnx.Rngs(params=seed)
   if cfg.predict == 'queries':
-    from lra_luna.models.recall import QueryTokenPredictor  # pylint: disable=import-outside-toplevel
     return QueryTokenPredictor(cfg, rngs)
   if cfg.dual_encoder:
     return DualEncoderClassifier(cfg, rngs)
