@@ -27,7 +27,8 @@ from lra_luna.training import pretraining as pretraining_lib
 REPO = pathlib.Path(__file__).resolve().parents[1]
 import tiny  # noqa: E402  (the shared tiny run: tests/tiny.py)
 
-CAUSAL_MODELS = ['transformer', 'luna16', 's4d', 'mega', 'mega_chunk']
+CAUSAL_MODELS = ['transformer', 'luna16', 's4d', 'mega', 'mega_chunk', 'linear_transformer', 's5',
+                 'lru']
 
 
 # ----------------------------------------------------------------------------------------------

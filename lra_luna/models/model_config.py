@@ -17,7 +17,7 @@ from lra_luna.registry import (HEADS, heads_of, rotary_models,  # pylint: disabl
 # 'none': the blocks know positions (S4D); 'rotary': RoFormer's rotation of queries and keys
 # inside the attention (models/attention/rotary.py), only where registry.rotary_models() says.
 POSITIONS = ('learned', 'sinusoidal', 'none', 'rotary')
-INITS = ('reference', 'bert')
+INITS = ('reference', 'bert', 'lecun')
 P_INITS = ('learned', 'sinusoidal')
 DTYPES = ('float32', 'bfloat16', 'float16')
 PAIR_FEATURES = ('concat', 'full', 'concat_reversed')
@@ -26,8 +26,9 @@ ATTENTION_IMPLEMENTATIONS = ('vanilla', 'fused')
 PREDICTIONS = ('class', 'queries')
 # The attentions (and blocks) with a causal form (`causal`: position t reads positions <= t):
 # the softmax Transformer (vanilla), Luna (eq. 7, attention/causal_luna.py), S4D (its one-sided
-# kernel) and Mega (its one-sided EMA, causal attention).
-CAUSAL_ATTENTIONS = ('softmax', 'luna', 's4d', 'mega')
+# kernel), Mega (its one-sided EMA, causal attention), the Linear Transformer (prefix sums,
+# Katharopoulos et al. eq. 9), S5 and LRU (the forward scan alone).
+CAUSAL_ATTENTIONS = ('softmax', 'luna', 's4d', 'mega', 'linear_transformer', 's5', 'lru')
 # The pretraining objectives (config.pretraining.objective; models/objectives, spt.py).
 PRETRAINING_OBJECTIVES = ('masked', 'causal')
 
@@ -49,7 +50,8 @@ class ModelConfig:
   attention_dropout: float = 0.1    # dropout on attention probabilities
   positions: str = 'learned'        # 'learned' | 'sinusoidal' | 'none' | 'rotary' (POSITIONS)
   embedding_layernorm: bool = True  # LayerNorm after the embedding (Luna reference; LRA: none)
-  init: str = 'reference'           # 'reference' (xavier, luna.md §1) | 'bert' (N(0, 0.02))
+  init: str = 'reference'           # 'reference' (xavier, luna.md §1) | 'bert' (N(0, 0.02)) |
+                                    # 'lecun' (LeCun-normal projections, Flax's default)
   head: str = 'cls'                 # sentence representation: 'cls' | 'mean' | 'mean_p'
   mask_padding: bool = True         # pad id 0 is masked; False for pixel tasks (0 is black)
   dual_encoder: bool = False        # Retrieval: two documents through one shared encoder

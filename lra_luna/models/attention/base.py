@@ -34,14 +34,18 @@ def projection_init(init: str, role: str):
   """Kernel initialiser of a D -> D projection.
 
   init: 'reference' (luna.md §1: xavier-uniform, gain 1/sqrt(2) for the q/k/v-style projections,
-    gain 1 for the output projection) or 'bert' (luna.md §5: N(0, 0.02) for every Linear).
+    gain 1 for the output projection), 'bert' (luna.md §5: N(0, 0.02) for every Linear) or
+    'lecun' (LeCun-normal, Flax's default: q/k/v at twice the reference's variance, so that
+    attention scores start less uniform; MQAR's recall circuit forms within a CPU budget with it).
   role: 'qkv' or 'out'.
   """
   if init == 'bert':
     return jax.nn.initializers.normal(0.02)
+  if init == 'lecun':
+    return jax.nn.initializers.lecun_normal()
   if init == 'reference':
     return xavier_uniform(1.0 / math.sqrt(2.0) if role == 'qkv' else 1.0)
-  raise ValueError(f"Unknown init {init!r}; valid choices: 'reference', 'bert'.")
+  raise ValueError(f"Unknown init {init!r}; valid choices: 'reference', 'bert', 'lecun'.")
 
 
 def projection(dim: int, *, init: str, role: str, dtype, rngs: nnx.Rngs) -> Linear:

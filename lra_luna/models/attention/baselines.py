@@ -17,7 +17,7 @@ from flax import nnx
 from lra_luna.models.attention.base import (QKVOutAttention, RandomFeatures, check_option, einsum32,
                                             is_count, merge_heads, projection_init,
                                             scaled_dot_product)
-from lra_luna.models.attention.rotary import rotary_linear_attention
+from lra_luna.models.attention.rotary import apply_rotary, rotary_linear_attention
 from lra_luna.models.nn.dropout import Dropout
 
 # ----------------------------------------------------------------------------------------------
@@ -199,28 +199,59 @@ def elu_feature_map(x: jax.Array) -> jax.Array:
   return jax.nn.elu(x.astype(jnp.float32)) + 1.0
 
 
-def linear_attention(q, k, v, key_mask, *, eps: float = 1e-6,
-                     rotary: bool = False) -> jax.Array:
+def causal_linear_attention_from_features(q_features, k_features, v, *, rotary: bool = False):
+  """Katharopoulos et al. 2020, eq. 9 (causal masking, §3.3) by prefix sums along the length:
+  S_i = sum_{j<=i} phi(k_j) v_j^T, z_i = sum_{j<=i} phi(k_j); numerator phi(q_i)^T S_i,
+  denominator phi(q_i)^T z_i. `rotary`: phi(q_i), phi(k_j) rotated at their positions in the
+  numerator only (RoFormer eq. 19, as rotary_linear_attention).
+
+  q_features, k_features [B, h, n, m] (padded keys already 0), v [B, h, n, d]; float32. Returns
+  (numerator [B, h, n, d], denominator [B, h, n, 1]); the caller divides. Memory: S_i is kept for
+  every position, [B, h, n, m, d] float32 (jnp.cumsum), fine at MQAR's sizes (n = 256,
+  m = d = 64); a chunked scan would keep O(n (m + d)) instead."""
+  q_numerator, k_numerator = q_features, k_features
+  if rotary:
+    positions = jnp.arange(q_features.shape[-2])
+    q_numerator = apply_rotary(q_features, positions)
+    k_numerator = apply_rotary(k_features, positions)
+  states = jnp.cumsum(jnp.einsum('bhnm,bhnd->bhnmd', k_numerator, v.astype(jnp.float32)),
+                      axis=2)  # S_i
+  numerator = jnp.einsum('bhnm,bhnmd->bhnd', q_numerator, states)
+  denominator = jnp.einsum('bhnm,bhnm->bhn', q_features, jnp.cumsum(k_features, axis=2))  # z_i
+  return numerator, denominator[..., None]
+
+
+def linear_attention(q, k, v, key_mask, *, eps: float = 1e-6, rotary: bool = False,
+                     causal: bool = False) -> jax.Array:
   """Katharopoulos et al. 2020, §3.2, in the O(n) order: phi(q_i) (sum_j phi(k_j) v_j^T) / norm.
 
   q, k, v [B, h, n, d]; key_mask [B, n] (True = real) or None; padded keys get phi = 0.
   `rotary`: phi(q), phi(k) rotated at their positions in the numerator (RoFormer eq. 19).
+  `causal`: row i reads the keys j <= i only (eq. 9, causal_linear_attention_from_features).
   Computed in float32, returned in v's dtype.
   """
   q_features = elu_feature_map(q)
   k_features = elu_feature_map(k)
   if key_mask is not None:
     k_features = jnp.where(key_mask[:, None, :, None], k_features, 0.0)
-  features_attention = rotary_linear_attention if rotary else _linear_attention_from_features
-  numerator, denominator = features_attention(q_features, k_features, v)
+  if causal:
+    numerator, denominator = causal_linear_attention_from_features(q_features, k_features, v,
+                                                                   rotary=rotary)
+  else:
+    features_attention = rotary_linear_attention if rotary else _linear_attention_from_features
+    numerator, denominator = features_attention(q_features, k_features, v)
   return (numerator / (denominator + eps)).astype(v.dtype)
 
 
-def linear_attention_direct(q, k, v, key_mask, *, eps: float = 1e-6) -> jax.Array:
-  """Katharopoulos et al. 2020, eq. 2 with sim(q, k) = phi(q) . phi(k): the O(n^2) reference."""
+def linear_attention_direct(q, k, v, key_mask, *, eps: float = 1e-6,
+                            causal: bool = False) -> jax.Array:
+  """Katharopoulos et al. 2020, eq. 2 with sim(q, k) = phi(q) . phi(k): the O(n^2) reference;
+  `causal`: sim(q_i, k_j) = 0 for j > i (eq. 8's mask)."""
   similarity = jnp.einsum('bhnd,bhmd->bhnm', elu_feature_map(q), elu_feature_map(k))
   if key_mask is not None:
     similarity = jnp.where(key_mask[:, None, None, :], similarity, 0.0)
+  if causal:
+    similarity = jnp.tril(similarity)
   numerator = jnp.einsum('bhnm,bhmd->bhnd', similarity, v.astype(jnp.float32))
   denominator = jnp.sum(similarity, axis=-1, keepdims=True)
   return (numerator / (denominator + eps)).astype(v.dtype)
@@ -230,8 +261,9 @@ class LinearTransformerAttention(QKVOutAttention):
   """Linear Transformer attention (Katharopoulos et al. 2020, §3.2), phi(x) = elu(x) + 1 (eq. 7).
 
   out_i = phi(q_i) sum_j phi(k_j) v_j^T / (phi(q_i) . sum_j phi(k_j) + eps), padded keys
-  excluded (`linear_attention`). `attention_dropout` is accepted for the shared signature but
-  unused (no attention matrix is formed); `max_length` is unused.
+  excluded (`linear_attention`). `causal` (a causal encoder, ModelConfig.causal): the sums over
+  j <= i only (eq. 9, by prefix sums). `attention_dropout` is accepted for the shared signature
+  but unused (no attention matrix is formed); `max_length` is unused.
   Config options (CONFIG_OPTIONS): none.
   """
 
@@ -239,15 +271,16 @@ class LinearTransformerAttention(QKVOutAttention):
 
   def __init__(self, dim: int, num_heads: int, *, attention_dropout: float = 0.0,
                max_length: int, init: str = 'reference', dtype=jnp.float32, rngs: nnx.Rngs,
-               eps: float = 1e-6, rotary: bool = False):
+               eps: float = 1e-6, rotary: bool = False, causal: bool = False):
     del attention_dropout, max_length  # Unused; see the docstring.
     super().__init__(dim, num_heads, init=init, dtype=dtype, rngs=rngs, rotary=rotary)
     self.eps = eps
+    self.causal = causal
 
   def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
     q, k, v = self._projected_heads(x)
     return self.out(merge_heads(linear_attention(q, k, v, mask, eps=self.eps,
-                                                 rotary=self.rotary)))
+                                                 rotary=self.rotary, causal=self.causal)))
 
 
 # ----------------------------------------------------------------------------------------------

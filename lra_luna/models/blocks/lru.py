@@ -93,6 +93,7 @@ class LRUBlock(s5.S5Block):
   DEFAULTS): state_dim N, r_min, r_max, max_phase, bidirectional, activation (default
   'full_glu', the paper's GLU), prenorm, scan ('sequential', the fastest on a CPU,
   'associative' or 'chunked', docs/s5_lru.md), chunk (positions per chunk of 'chunked').
+  With cfg.causal the block is unidirectional whatever `bidirectional` says.
   """
 
   DEFAULTS = {'state_dim': 256, 'r_min': 0.0, 'r_max': 1.0, 'max_phase': 2 * math.pi,
@@ -101,7 +102,8 @@ class LRUBlock(s5.S5Block):
   CONFIG_OPTIONS = tuple(DEFAULTS)
 
   def __init__(self, cfg, rngs: nnx.Rngs):
-    options = {**self.DEFAULTS, **dict(cfg.attention_options)}
+    # A causal encoder: the forward recurrence only (s5.causal_options).
+    options = s5.causal_options({**self.DEFAULTS, **dict(cfg.attention_options)}, cfg)
     self.check_options(**options)
     activation, prenorm = options.pop('activation'), options.pop('prenorm')
     self.ssm = LRU(cfg.dim, **options, rngs=rngs)

@@ -362,6 +362,13 @@ class S5SSM(nnx.Module):
     return y + u * self.d[...]
 
 
+def causal_options(options: dict, cfg) -> dict:
+  """`options` with no backward scan under a causal encoder (ModelConfig.causal): the forward
+  recurrence x_k = Lambda_bar x_{k-1} + B_bar u_k alone reads positions <= k (Sec. 2), whatever
+  the `bidirectional` option says; the rest of the block is per position."""
+  return {**options, 'bidirectional': options['bidirectional'] and not cfg.causal}
+
+
 class S5Block(nnx.Module):
   """The authors' S5 layer (their SequenceLayer) around S5SSM, z the (pre-normed) input:
     gelu       y = g = Drop(GELU(s)),  s = S5(z)  (GELU: tanh approximation, flax's nn.gelu)
@@ -374,7 +381,8 @@ class S5Block(nnx.Module):
   The block protocol of classifier.BlockEncoder. Options (config.model.attention_options,
   DEFAULTS): state_dim P, blocks J, c_init, discretization, conj_sym, clip_eigs, bidirectional,
   dt_min, dt_max, activation, prenorm, scan ('sequential', the fastest on a CPU, |
-  'associative' | 'chunked'), chunk (positions per chunk of the chunked scan).
+  'associative' | 'chunked'), chunk (positions per chunk of the chunked scan). With cfg.causal
+  the block is unidirectional whatever `bidirectional` says (causal_options).
   """
 
   DEFAULTS = {'state_dim': 256, 'blocks': 8, 'c_init': 'trunc_standard_normal',
@@ -384,7 +392,7 @@ class S5Block(nnx.Module):
   CONFIG_OPTIONS = tuple(DEFAULTS)
 
   def __init__(self, cfg, rngs: nnx.Rngs):
-    options = {**self.DEFAULTS, **dict(cfg.attention_options)}
+    options = causal_options({**self.DEFAULTS, **dict(cfg.attention_options)}, cfg)
     self.check_options(**options)
     activation, prenorm = options.pop('activation'), options.pop('prenorm')
     self.ssm = S5SSM(cfg.dim, **options, rngs=rngs)

@@ -19,21 +19,29 @@ from lra_luna import registry
 from lra_luna.models import plugins
 from lra_luna.models.attention.softmax import SoftmaxAttention
 from lra_luna.models.encoder.embedding import Embedding, compute_dtype
-from lra_luna.models.model_config import ModelConfig
+from lra_luna.models.model_config import CAUSAL_ATTENTIONS, ModelConfig
 from lra_luna.models.nn import layers
 from lra_luna.models.nn.dropout import Dropout
 
 
 def build_self_attention(cfg: ModelConfig, rngs: nnx.Rngs):
   """The self-attention module of a Transformer-style block, chosen by `cfg.attention`: softmax,
-  a baseline, or a plug-in ('file.py:Class', plugins.py)."""
+  a baseline, or a plug-in ('file.py:Class', plugins.py); its causal form with `cfg.causal`
+  (ValueError for an attention without one, model_config.CAUSAL_ATTENTIONS)."""
   common = dict(attention_dropout=cfg.attention_dropout, init=cfg.init,
                 dtype=compute_dtype(cfg), rngs=rngs)
   if cfg.positions == 'rotary':  # only then: plug-ins and Linformer never see the argument
     common['rotary'] = True
+  if cfg.causal:  # only then, as rotary: the attentions without a causal form never see it
+    # Never a causal encoder that reads the future (fused softmax has no causal mask).
+    if cfg.attention not in CAUSAL_ATTENTIONS or cfg.attention_implementation != 'vanilla':
+      raise ValueError(f'config.model.causal needs an attention with a causal form; '
+                       f'{cfg.attention!r} ({cfg.attention_implementation}) has none; those '
+                       f'with one: {list(CAUSAL_ATTENTIONS)} (vanilla).')
+    common['causal'] = True
   if cfg.attention == 'softmax':
     return SoftmaxAttention(cfg.dim, cfg.num_heads, implementation=cfg.attention_implementation,
-                            causal=cfg.causal, **common)
+                            **common)
   options = dict(cfg.attention_options)
   if plugins.is_plugin(cfg.attention):
     return plugins.build(cfg.attention, cfg.dim, cfg.num_heads, max_length=cfg.max_length + 1,
