@@ -142,10 +142,10 @@ class Campaign:
 
   def report_is_current(self) -> bool:
     """Whether the report was made after the last run finished (and the profile was written)."""
-    table = run_folder.report_dir(self.dir) / 'table1.md'
     sources = [*run_folder.result_files(self.dir), run_folder.report_profile(self.dir)]
     newest = max((p.stat().st_mtime for p in sources if p.exists()), default=0)
-    return table.exists() and table.stat().st_mtime >= newest
+    tables = [run_folder.report_dir(self.dir) / name for name in ('table1.md', 'mqar.md')]
+    return any(t.exists() and t.stat().st_mtime >= newest for t in tables)  # LRA's or MQAR's
 
   def make_report(self) -> list:
     from lra_luna import report  # pylint: disable=g-import-not-at-top  (matplotlib when due)

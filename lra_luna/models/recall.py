@@ -1,17 +1,18 @@
 """The recall model of MQAR (Arora et al., "Zoology", ICLR 2024): the shared encoder
-(`encoder/`) and the token head (`heads/token_prediction.py`) read at the query positions only.
+(`encoder/`) read at the query positions only, and an output projection tied to the token
+embedding (as Zoology's language models): logits = x E^T over the vocabulary.
 
 Call signature: `model(batch, *, deterministic, rngs) -> logits [B, K, vocab]`, with
 `batch['inputs']` int [B, n] and `batch['query_positions']` int [B, K]. The rows are gathered
-before the head, so the vocabulary projection costs K rows per sequence, not n.
+before the projection, so the vocabulary costs K rows per sequence, not n. Tied, a value copied
+to its query scores itself from the first step; an untied head must first learn V/2 mappings,
+which a 2-core CPU's budget does not allow at V = 512 or more (measured, docs/mqar.md).
 """
 
 import jax.numpy as jnp
 from flax import nnx
 
 from lra_luna.models.encoder import build_encoder, with_cls
-from lra_luna.models.encoder.embedding import compute_dtype
-from lra_luna.models.heads.token_prediction import TokenPredictionHead
 from lra_luna.models.model_config import ModelConfig
 
 
@@ -22,15 +23,17 @@ def query_rows(x, query_positions):
 
 
 class QueryTokenPredictor(nnx.Module):
-  """Encoder (causal with cfg.causal) + token head at each query position."""
+  """Encoder (causal with cfg.causal), then the tied vocabulary projection at each query."""
 
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
     self.mask_padding = cfg.mask_padding
+    self.num_classes = cfg.num_classes
     self.encoder = build_encoder(cfg, rngs)
-    self.token_head = TokenPredictionHead(cfg.dim, cfg.num_classes, init=cfg.init,
-                                          dtype=compute_dtype(cfg), rngs=rngs)
 
   def __call__(self, batch, *, deterministic=True, rngs=None):
     ids, mask = with_cls(batch['inputs'], self.encoder.embedding.cls_id, self.mask_padding)
     x, _ = self.encoder(ids, mask, deterministic=deterministic, rngs=rngs)
-    return self.token_head(query_rows(x, batch['query_positions']))
+    rows = query_rows(x, batch['query_positions'])
+    # The embedding's rows past the vocabulary ([CLS]) are no label.
+    logits = self.encoder.embedding.tokens.attend(rows)[..., :self.num_classes]
+    return logits.astype(jnp.float32)

@@ -25,6 +25,12 @@ lra_luna/tables.py:
   model's: own vs rotary positions per task and their difference (docs/positions.md).
 - probe_<task>.png, when the runs were probed (python -m lra_luna.probe, their probe.json):
   accuracy against the window of tokens the models see, a line per model.
+- mqar.{md,tex,csv}, mqar_widths.png and mqar_capacity.png, when the folder holds MQAR runs
+  (task 'mqar', report/recall.py): a row per (model, causal, L, N, D, Luna's P, learning rate)
+  with chance and steps, Zoology's Figure 2 (accuracy against width, best learning rate per
+  point) and Luna's capacity (accuracy against pairs N, a line per P, the Transformer beside).
+  MQAR runs are in none of the LRA tables, groups, Figure 1 or the record; the same
+  task/model/head/seed in two settings (several sweep folders under one) are two runs.
 Accuracies are percent of the chosen checkpoint's test set; every table says which checkpoint.
 Each published number names its paper and table.
 
@@ -65,7 +71,7 @@ under the figure and fill a 'campaign' column of the CSVs.
 
 Modules: runs (results.json files, seed statistics, run records), sources (data and campaign
 facts), tables (Tables 1 and 3), figures (Figure 1), orderings (groups, published orderings),
-record (the record CSV), command (make_report, main).
+record (the record CSV), recall (MQAR's table and figures), command (make_report, main).
 """
 
 from lra_luna.report.command import load_profile, main, make_report

@@ -9,6 +9,7 @@ from lra_luna import published
 from lra_luna import tables
 from lra_luna.report import figures
 from lra_luna.report import orderings
+from lra_luna.report import recall
 from lra_luna.report import record
 from lra_luna.report import runs
 from lra_luna.report import sources
@@ -66,7 +67,8 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None,
                 size: str | None = None, record_path=None) -> list:
   """Writes the tables and the figures of a sweep folder (or, given a record CSV, its group and
   ordering tables and group figure); returns the paths written. `record_path`: merge the
-  folder's runs into that record first."""
+  folder's runs into that record first. MQAR runs have their own table and figures
+  (report/recall.py); the LRA tables, groups and Figure 1 are those of the other runs."""
   if checkpoint not in runs.CHECKPOINTS:
     raise ValueError(f'checkpoint = {checkpoint!r}; valid choices: {list(runs.CHECKPOINTS)}.')
   if pathlib.Path(sweep_dir).suffix == '.csv':
@@ -78,13 +80,31 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None,
   if not results:
     raise FileNotFoundError(f'No {run_folder.RESULTS_FILE} under {sweep_dir}; train a sweep '
                             'first (python -m lra_luna.sweep, README).')
+  recall_results = [r for r in results if r['task'] == recall.TASK]
+  results = [r for r in results if r['task'] != recall.TASK]
   rows = record.rows_of(results, orderings.group_name)
   if record_path:
     count = record.write(record_path, rows)
-    print(f'record: {len(rows)} runs merged into {record_path} ({count} runs in it).')
+    print(f'record: {len(rows)} runs merged into {record_path} ({count} runs in it)'
+          + (f'; {len(recall_results)} MQAR runs are not recorded (mqar.md reports them).'
+             if recall_results else '.'))
   out_dir = pathlib.Path(out_dir or run_folder.report_dir(sweep_dir))
-  summary = runs.summarize(results, checkpoint)
   data = sources.data_sources(results)
+  paths = []
+  if results:
+    paths += report_lra(results, rows, data, checkpoint, profile, sweep_dir, out_dir)
+  if recall_results:
+    note = sources.campaign_note(sweep_dir, {**data,
+                                             recall.TASK: recall.data_words(recall_results)})
+    paths += recall.write_report(recall_results, checkpoint, out_dir, note)
+  return paths
+
+
+def report_lra(results: list[dict], rows: list[dict], data: dict, checkpoint: str, profile,
+               sweep_dir, out_dir) -> list:
+  """Tables 1 and 3, positions, SPT, groups and orderings, Figure 1 and the probe figures of
+  the (non-MQAR) runs; `rows` their record rows, `data` their data sources."""
+  summary = runs.summarize(results, checkpoint)
   note = sources.campaign_note(sweep_dir, data)
   paths = []
   records = runs.run_records(results, runs.TASK_NAMES)

@@ -22,7 +22,8 @@ RESULT_KEYS = ('task', 'model', 'head', 'seed')
 
 def load_results(sweep_dir, size: str | None = None) -> list[dict]:
   """Every results.json under sweep_dir (only those of `size`, run_size, where given), each
-  with its folder as 'workdir'."""
+  with its folder as 'workdir'. Two of the same task/model/head/seed (and setting_key) are an
+  error."""
   if not pathlib.Path(sweep_dir).is_dir():
     raise FileNotFoundError(f'{sweep_dir} is not a folder; give the --sweep_dir of a sweep (or '
                             'any folder holding run folders with results.json).')
@@ -39,8 +40,8 @@ def load_results(sweep_dir, size: str | None = None) -> list[dict]:
     sizes.add(run_size(result))
     if size and run_size(result) != size:
       continue
-    result = {**result, 'model': regime_label(result)}
-    key = tuple(result[k] for k in RESULT_KEYS)
+    result = {**result, 'model': regime_label(result), 'workdir': path.parent}
+    key = tuple(result[k] for k in RESULT_KEYS) + setting_key(result)
     if key in seen:
       # Averaging a run twice would weigh it double; the user must say which one counts.
       sizes = sorted({run_size(result), run_size(json.loads(seen[key].read_text()))})
@@ -49,11 +50,19 @@ def load_results(sweep_dir, size: str | None = None) -> list[dict]:
       raise ValueError(f'Two results for task/model/head/seed {key}: {seen[key]} and {path}.'
                        + choose)
     seen[key] = path
-    found.append({**result, 'workdir': path.parent})
+    found.append(result)
   if sizes and not found:
     raise ValueError(f'{sweep_dir} holds no finished run of size {size!r}; its sizes: '
                      f'{", ".join(sorted(sizes))} (--size).')
   return found
+
+
+def setting_key(result: dict) -> tuple:
+  """What else than task/model/head/seed tells two runs apart: an MQAR run's setting (L, N, D,
+  P, learning rate, causal: report/recall.py), so that sweeps of several settings share a
+  folder; () for any other run."""
+  from lra_luna.report import recall  # pylint: disable=import-outside-toplevel  (it imports runs)
+  return (recall.setting_of(result).words(),) if result['task'] == recall.TASK else ()
 
 
 UNRECORDED = 'unrecorded'  # the size of a run whose results.json has no run record (its preset)
