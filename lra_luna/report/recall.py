@@ -17,46 +17,21 @@ causality results.json's 'causal'.
 """
 
 import dataclasses
-import json
 import pathlib
 import textwrap
 
 from lra_luna import registry
 from lra_luna import tables
+from lra_luna.report import recall_setting
 from lra_luna.report import runs
-from lra_luna.training import run_folder
 
-TASK = 'mqar'
+TASK = recall_setting.TASK
+Setting = recall_setting.Setting
+setting_of = recall_setting.setting_of
 TABLE = 'mqar'
 WIDTHS_FIGURE = 'mqar_widths.png'
 CAPACITY_FIGURE = 'mqar_capacity.png'
-LUNA_ATTENTION = 'luna'     # model.attention of the Luna models: P is part of their setting
 TRANSFORMER = 'transformer'  # the capacity figure's reference line
-
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-  """What one MQAR row trained: the model and its data, width and learning rate."""
-  model: str
-  causal: bool
-  length: int        # L: config max_length
-  pairs: int         # N: mqar.num_kv_pairs
-  dim: int           # D: model.dim
-  pack: int | None   # P: model.pack_length of a Luna model; None for any other
-  lr: float
-
-  def words(self) -> str:
-    pack = '' if self.pack is None else f' P={self.pack}'
-    return (f"{'causal' if self.causal else 'bidirectional'} L={self.length} N={self.pairs} "
-            f'D={self.dim}{pack} lr={self.lr:g}')
-
-  def label(self) -> str:
-    return self.model + (' (causal)' if self.causal else '')
-
-  def order(self) -> tuple:
-    """Models in registry order, then L, N, D, P, learning rate."""
-    return (runs.row_order((self.model, ''))[:3], self.causal, self.length, self.pairs,
-            self.dim, self.pack or 0, self.lr)
 
 
 @dataclasses.dataclass
@@ -67,22 +42,6 @@ class Row:
   chance: list
   steps: list
   results: list
-
-
-def setting_of(result: dict) -> Setting:
-  """The setting of an MQAR run, from its results.json and the config.json beside it."""
-  path = pathlib.Path(result['workdir']) / run_folder.CONFIG_FILE
-  try:
-    config = json.loads(path.read_text())
-    model = config['model']
-    pack = int(model['pack_length']) if model.get('attention') == LUNA_ATTENTION else None
-    return Setting(result['model'], bool(result.get('causal', model.get('causal', False))),
-                   int(config['max_length']), int(config['mqar']['num_kv_pairs']),
-                   int(model['dim']), pack, float(config['learning_rate']))
-  except (OSError, ValueError, KeyError, TypeError) as e:
-    raise ValueError(f'{path}: an MQAR run is reported by the L, N, D, P and learning rate of '
-                     f'its config.json, which is missing or unreadable ({type(e).__name__}: '
-                     f'{e}).') from None
 
 
 def rows_of(results: list[dict], checkpoint: str) -> list[Row]:

@@ -10,6 +10,7 @@ from lra_luna import config_lib
 from lra_luna import registry
 from lra_luna import tasks
 from lra_luna.models.model_config import HEADS
+from lra_luna.report import recall_setting
 from lra_luna.training import run_folder
 
 TASK_NAMES = {name: task.title for name, task in tasks.TASKS.items()}
@@ -61,8 +62,9 @@ def setting_key(result: dict) -> tuple:
   """What else than task/model/head/seed tells two runs apart: an MQAR run's setting (L, N, D,
   P, learning rate, causal: report/recall.py), so that sweeps of several settings share a
   folder; () for any other run."""
-  from lra_luna.report import recall  # pylint: disable=import-outside-toplevel  (it imports runs)
-  return (recall.setting_of(result).words(),) if result['task'] == recall.TASK else ()
+  if result['task'] != recall_setting.TASK:
+    return ()
+  return (recall_setting.setting_of(result).words(),)
 
 
 UNRECORDED = 'unrecorded'  # the size of a run whose results.json has no run record (its preset)
