@@ -130,3 +130,14 @@ def test_causal_attention_without_a_causal_form_is_refused():
                                  attention_options={'projected_length': 4})
   with pytest.raises(ValueError, match='causal form'):
     build_self_attention(cfg, nnx.Rngs(0))
+
+
+@pytest.mark.parametrize('attention, implementation', [('linformer', 'vanilla'),
+                                                       ('softmax', 'fused')])
+def test_a_causal_config_without_a_causal_form_fails_its_check(attention, implementation):
+  cfg = model_config.ModelConfig(attention=attention, attention_implementation=implementation,
+                                 dim=16, num_heads=2, causal=True, max_length=LENGTH)
+  with pytest.raises(ValueError, match='causal form'):
+    cfg.check()
+  model_config.ModelConfig(attention=attention, attention_implementation=implementation,
+                           dim=16, num_heads=2, causal=False, max_length=LENGTH).check()

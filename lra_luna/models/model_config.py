@@ -117,7 +117,18 @@ class ModelConfig:
       raise ValueError(f"config.model.positions = 'rotary' needs queries and keys with positions, "
                        f'which attention {self.attention!r} has not; the models that take it: '
                        f'{", ".join(rotary_models())}.')
+    check_causal(self)
     if self.head not in heads_of(self.attention):
       raise ValueError(f'config.model.head = {self.head!r} needs a Luna model (attention '
                        f"'luna'), not attention {self.attention!r}; use one of "
                        f'{list(heads_of(self.attention))}, or a luna model.')
+
+
+def check_causal(cfg) -> None:
+  """ValueError for a causal config whose attention has no causal form (CAUSAL_ATTENTIONS,
+  vanilla): a causal encoder never reads the future (fused softmax has no causal mask)."""
+  if cfg.causal and (cfg.attention not in CAUSAL_ATTENTIONS
+                     or cfg.attention_implementation != 'vanilla'):
+    raise ValueError(f'config.model.causal needs an attention with a causal form; '
+                     f'{cfg.attention!r} ({cfg.attention_implementation}) has none; those '
+                     f'with one: {list(CAUSAL_ATTENTIONS)} (vanilla).')

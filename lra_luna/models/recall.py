@@ -5,8 +5,8 @@ embedding (as Zoology's language models): logits = x E^T over the vocabulary.
 Call signature: `model(batch, *, deterministic, rngs) -> logits [B, K, vocab]`, with
 `batch['inputs']` int [B, n] and `batch['query_positions']` int [B, K]. The rows are gathered
 before the projection, so the vocabulary costs K rows per sequence, not n. Tied, a value copied
-to its query scores itself from the first step; an untied head must first learn V/2 mappings,
-which a 2-core CPU's budget does not allow at V = 512 or more (measured, docs/mqar.md).
+to its query scores itself from the first step, as in Zoology (single-seed comparisons with an
+untied head: docs/mqar.md).
 """
 
 import jax.numpy as jnp

@@ -2,6 +2,7 @@
 model, causal or not, L, N, width, Luna's P and the learning rate, from its config.json."""
 
 import dataclasses
+import functools
 import json
 import pathlib
 
@@ -39,11 +40,17 @@ class Setting:
             self.lr)
 
 
+@functools.lru_cache(maxsize=None)
+def read_config(path: pathlib.Path) -> dict:
+  """A finished run's config.json, read once (runs.py's duplicate check and the rows ask)."""
+  return json.loads(path.read_text())
+
+
 def setting_of(result: dict) -> Setting:
   """The setting of an MQAR run, from its results.json and the config.json beside it."""
   path = pathlib.Path(result['workdir']) / run_folder.CONFIG_FILE
   try:
-    config = json.loads(path.read_text())
+    config = read_config(path)
     model = config['model']
     pack = int(model['pack_length']) if model.get('attention') == LUNA_ATTENTION else None
     return Setting(result['model'], bool(result.get('causal', model.get('causal', False))),

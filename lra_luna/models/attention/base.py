@@ -36,7 +36,8 @@ def projection_init(init: str, role: str):
   init: 'reference' (luna.md §1: xavier-uniform, gain 1/sqrt(2) for the q/k/v-style projections,
     gain 1 for the output projection), 'bert' (luna.md §5: N(0, 0.02) for every Linear) or
     'lecun' (LeCun-normal, Flax's default: q/k/v at twice the reference's variance, so that
-    attention scores start less uniform; MQAR's recall circuit forms within a CPU budget with it).
+    attention scores start less uniform; MQAR's configs, where the reference init stayed at
+    chance on a 16-token MQAR, docs/mqar.md).
   role: 'qkv' or 'out'.
   """
   if init == 'bert':

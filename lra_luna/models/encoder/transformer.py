@@ -19,7 +19,7 @@ from lra_luna import registry
 from lra_luna.models import plugins
 from lra_luna.models.attention.softmax import SoftmaxAttention
 from lra_luna.models.encoder.embedding import Embedding, compute_dtype
-from lra_luna.models.model_config import CAUSAL_ATTENTIONS, ModelConfig
+from lra_luna.models.model_config import ModelConfig, check_causal
 from lra_luna.models.nn import layers
 from lra_luna.models.nn.dropout import Dropout
 
@@ -33,11 +33,7 @@ def build_self_attention(cfg: ModelConfig, rngs: nnx.Rngs):
   if cfg.positions == 'rotary':  # only then: plug-ins and Linformer never see the argument
     common['rotary'] = True
   if cfg.causal:  # only then, as rotary: the attentions without a causal form never see it
-    # Never a causal encoder that reads the future (fused softmax has no causal mask).
-    if cfg.attention not in CAUSAL_ATTENTIONS or cfg.attention_implementation != 'vanilla':
-      raise ValueError(f'config.model.causal needs an attention with a causal form; '
-                       f'{cfg.attention!r} ({cfg.attention_implementation}) has none; those '
-                       f'with one: {list(CAUSAL_ATTENTIONS)} (vanilla).')
+    check_causal(cfg)  # also ModelConfig.check's; here for configs built field by field
     common['causal'] = True
   if cfg.attention == 'softmax':
     return SoftmaxAttention(cfg.dim, cfg.num_heads, implementation=cfg.attention_implementation,
