@@ -26,9 +26,10 @@ ATTENTION_IMPLEMENTATIONS = ('vanilla', 'fused')
 PREDICTIONS = ('class', 'queries')
 # The attentions (and blocks) with a causal form (`causal`: position t reads positions <= t):
 # the softmax Transformer (vanilla), Luna (eq. 7, attention/causal_luna.py), S4D (its one-sided
-# kernel), Mega (its one-sided EMA, causal attention), the Linear Transformer (prefix sums,
-# Katharopoulos et al. eq. 9), S5 and LRU (the forward scan alone).
-CAUSAL_ATTENTIONS = ('softmax', 'luna', 's4d', 'mega', 'linear_transformer', 's5', 'lru')
+# kernel), Mega and chunked Mega (its one-sided EMA, causal attention), the Linear Transformer
+# (prefix sums, Katharopoulos et al. eq. 9), S5 and LRU (the forward scan alone).
+CAUSAL_ATTENTIONS = ('softmax', 'luna', 's4d', 'mega', 'mega_chunk', 'linear_transformer', 's5',
+                     'lru')
 # The pretraining objectives (config.pretraining.objective; models/objectives, spt.py).
 PRETRAINING_OBJECTIVES = ('masked', 'causal')
 
