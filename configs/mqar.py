@@ -1,11 +1,11 @@
 """MQAR (Zoology's multi-query associative recall, lra_luna/datasets/mqar.py): after N key-value
 pairs, each key again as a query; the model predicts its value at the query.
 
-Run:
+Causal by default (as Zoology: each position reads only what precedes it), for the models with a
+causal form; the word bidirectional lets the encoder read the whole sequence (every model):
   python run_lra.py --config configs/mqar.py:transformer,quick --workdir runs/mqar_transformer
-Causal (each position reads only what precedes it, as Zoology), for the models with a causal form:
-  python run_lra.py --config configs/mqar.py:luna16,quick,causal --workdir runs/mqar_luna16_causal
-Words: a model, quick, smoke and causal (bidirectional without it).
+  python run_lra.py --config configs/mqar.py:linformer,quick,bidirectional --workdir runs/mqar_lf
+Words: a model, quick, smoke and bidirectional.
 """
 
 import ml_collections
@@ -16,7 +16,7 @@ from lra_luna.models import model_config
 
 
 def get_config(arg: str = 'transformer') -> ml_collections.ConfigDict:
-  arg = config_lib.parse_arg(arg, model='transformer', causal=False)
+  arg = config_lib.parse_arg(arg, model='transformer', bidirectional=False)
   c = config_lib.base_config()
   c.task = 'mqar'
   c.dataset_name = 'mqar'
@@ -46,12 +46,14 @@ def get_config(arg: str = 'transformer') -> ml_collections.ConfigDict:
   m.dim, m.num_heads, m.num_layers, m.ffn_dim, m.classifier_dim = 64, 1, 2, 128, 128
   m.dropout = m.attention_dropout = 0.0
   m.init = 'lecun'                 # the reference init's q/k stall at chance in the quick budget
-  m.causal = arg.causal
+  m.causal = not arg.bidirectional  # Zoology's setting
   config_lib.set_model(c, arg.model)
-  if arg.causal and (m.attention not in model_config.CAUSAL_ATTENTIONS
-                     or m.attention_implementation != 'vanilla'):
-    raise ValueError(f'causal in configs/mqar.py:{arg.model} needs a model with a causal form; '
-                     f'those with one: {", ".join(spt.causal_models())}.')
+  if m.causal and (m.attention not in model_config.CAUSAL_ATTENTIONS
+                   or m.attention_implementation != 'vanilla'):
+    raise ValueError(f'configs/mqar.py:{arg.model} is causal (the default) and {arg.model} has '
+                     f'no causal form: add the word bidirectional '
+                     f'(configs/mqar.py:{arg.model},bidirectional); the models with a causal '
+                     f'form: {", ".join(spt.causal_models())}.')
   if arg.quick:
     # A 2-core CPU's size: Zoology's smallest cell (L = 64, N = 4) with its 100,000 examples,
     # 3,000 steps of 64. Causal, the Transformer reaches 99% with every seed; bidirectional,

@@ -20,10 +20,10 @@ LENGTH, VOCAB, CUT = 16, 64, 6  # tokens after position CUT change
 
 
 def tiny_model(model: str, causal: bool):
-  """The MQAR recall model of configs/mqar.py:<model>[,causal], tiny (width 16, the registry's
+  """The MQAR recall model of configs/mqar.py:<model>[,bidirectional], tiny (width 16, the registry's
   test options), predicting at every position."""
-  config = config_lib.load_config(f'configs/mqar.py:{model},causal' if causal
-                                  else f'configs/mqar.py:{model}', [])
+  config = config_lib.load_config(f'configs/mqar.py:{model}' if causal
+                                  else f'configs/mqar.py:{model},bidirectional', [])
   config.max_length = LENGTH
   config.model.update(dim=16, num_heads=2, ffn_dim=32)
   config.model.attention_options.update(registry.get(model).test_options)
@@ -50,9 +50,10 @@ def inputs_and_changed_future(seed=0):
 
 
 @pytest.mark.parametrize('model', CAUSAL_FORMS)
-def test_causal_word_is_accepted_and_the_model_is_listed(model):
+def test_the_model_is_listed_and_mqar_is_causal_by_default(model):
   assert model in spt.causal_models()
-  assert config_lib.load_config(f'configs/mqar.py:{model},causal', []).model.causal
+  assert config_lib.load_config(f'configs/mqar.py:{model}', []).model.causal
+  assert not config_lib.load_config(f'configs/mqar.py:{model},bidirectional', []).model.causal
 
 
 @pytest.mark.parametrize('model', CAUSAL_FORMS)

@@ -126,7 +126,7 @@ def test_a_test_set_that_repeats_the_training_set_is_refused(monkeypatch):
 # ------------------------------------------------------------------------------------------------
 def tiny_config(model='transformer', causal=False, **fields):
   from lra_luna import config_lib
-  words = f'{model},causal' if causal else model
+  words = model if causal else f'{model},bidirectional'
   config = config_lib.load_config(f'configs/mqar.py:{words}', [])
   config.max_length = 16
   config.mqar.update(num_kv_pairs=2, vocab_size=64, num_train=4000, num_val=200, num_test=200)
@@ -166,10 +166,11 @@ def test_a_causal_model_is_blind_to_later_tokens_and_a_bidirectional_one_is_not(
     assert same == causal
 
 
-def test_causal_is_refused_for_a_model_without_a_causal_form():
+def test_the_causal_default_is_refused_for_a_model_without_a_causal_form():
   from lra_luna import config_lib
-  with pytest.raises(ValueError, match='causal form'):
-    config_lib.load_config('configs/mqar.py:linformer,causal', [])
+  with pytest.raises(ValueError, match='no causal form: add the word bidirectional'):
+    config_lib.load_config('configs/mqar.py:linformer', [])
+  assert not config_lib.load_config('configs/mqar.py:linformer,bidirectional', []).model.causal
 
 
 @pytest.mark.slow

@@ -31,8 +31,8 @@ TINY = ['max_length=16', 'mqar.num_kv_pairs=2', 'mqar.vocab_size=64', 'mqar.num_
 def real_sweep(tmp_path_factory):
   """A real sweep: luna16 on tiny MQAR, seeds 0 and 1."""
   sweep_dir = tmp_path_factory.mktemp('real') / 'sweep'
-  assert sweep.main(['--config', f'{MQAR}:luna16,quick', '--seeds', '0,1', '--mode', 'vmap',
-                     '--sweep_dir', str(sweep_dir), '--override', *TINY]) == 0
+  assert sweep.main(['--config', f'{MQAR}:luna16,quick,bidirectional', '--seeds', '0,1',
+                     '--mode', 'vmap', '--sweep_dir', str(sweep_dir), '--override', *TINY]) == 0
   return sweep_dir
 
 

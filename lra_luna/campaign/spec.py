@@ -21,7 +21,7 @@ import lra_luna
 # Config words of every run; 'spt': self-pretrained (spt.py). A model named `<model>+spt` in
 # spec.models adds the word spt to its own runs only (campaigns/mid.py: scratch beside SPT).
 VARIANTS = ('', 'quick', 'mid', 'mid,long', 'spt', 'quick,spt', 'mid,spt', 'mid,long,spt',
-            'causal', 'quick,causal')  # causal: MQAR's causal setting (configs/mqar.py)
+            'bidirectional', 'quick,bidirectional')  # MQAR's bidirectional setting (mqar.py)
 PROTOCOL_SEEDS = 5  # seeds per row in the papers' tables
 # Ready specs: campaigns/ of the checkout (a wheel ships none).
 SPEC_DIR = lra_luna.CHECKOUT / 'campaigns' if lra_luna.CHECKOUT else None
@@ -45,7 +45,8 @@ def base_spec() -> ml_collections.ConfigDict:
   #                                   'mid' long inputs on a CPU (docs/mid.md), 'mid,long'
   #                                   trained 16 times as long; 'spt' /
   #                                   'quick,spt' / 'mid,spt' the same, self-pretrained first;
-  #                                   'causal' / 'quick,causal' MQAR's causal setting
+  #                                   'bidirectional' / 'quick,bidirectional' MQAR's
+  #                                   bidirectional setting (causal without it)
   c.overrides = []                  # 'key=value' config fields for every run, as sweep --override
   p = c.profile = ml_collections.ConfigDict()  # Table 2: lra_luna/profile.py's flags
   p.enabled = True                  # run the profiler once every group has finished
