@@ -1,5 +1,6 @@
 """report/recall.py: the MQAR table and figures, from one real tiny MQAR sweep (two seeds in one
-vmapped program) and folders of other settings made from its run folders."""
+vmapped program), folders of other settings made from its run folders, and records
+(report/record.py) written from them or by hand."""
 
 import csv
 import json
@@ -13,6 +14,7 @@ from lra_luna import report
 from lra_luna import sweep
 from lra_luna import tables
 from lra_luna.report import recall
+from lra_luna.report import record
 from lra_luna.training import run_folder
 
 # ml_collections' config_flags loads config files with the deprecated load_module().
@@ -73,19 +75,31 @@ def markdown_rows(path: pathlib.Path) -> list[dict]:
   return [dict(zip(parsed['header'], row)) for row in parsed['rows']]
 
 
+def setting_rows(root: pathlib.Path) -> list:
+  """recall.Row per setting of the MQAR runs under root."""
+  return recall.rows_of(recall.record_rows(report.load_results(root)), 'last', root)
+
+
+def short_commit(result: dict) -> str:
+  """How the tables name a results.json's commit: 7 characters, '+dirty' where it was."""
+  environment = result['environment']
+  return environment['commit'][:7] + ('+dirty' if environment['dirty'] else '')
+
+
 def test_a_real_sweeps_row_is_the_mean_and_std_of_its_seeds(real_sweep, tmp_path, capsys):
   assert report.main([str(real_sweep), '--out_dir', str(tmp_path / 'out')]) == 0
   assert 'MQAR' in capsys.readouterr().out
   assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == ['mqar.csv', 'mqar.md',
                                                                   'mqar.tex']
   results = [json.loads((w / run_folder.RESULTS_FILE).read_text()) for w in seed_runs(real_sweep)]
-  accuracies = [100 * r['last']['test_accuracy'] for r in results]
+  # As the record keeps them (two decimals), so that a folder and its record give one table.
+  accuracies = [round(100 * r['last']['test_accuracy'], 2) for r in results]
   [row] = markdown_rows(tmp_path / 'out' / 'mqar.md')
   assert row == {'Model': 'luna16', 'L': '16', 'N': '2', 'D': '16', 'P': '4', 'lr': '0.003',
                  'Test acc. (%)': f'{statistics.mean(accuracies):.2f} ± '
                                   f'{statistics.stdev(accuracies):.2f}',
                  'n': '2', 'Chance (%)': f"{100 * results[0]['test_chance_rate']:.2f}",
-                 'Steps': '4'}
+                 'Steps': '4', 'Commit': short_commit(results[0])}
   assert results[0]['test_chance_rate'] == 0.5 and results[0]['causal'] is False
   text = (tmp_path / 'out' / 'mqar.md').read_text()
   assert ('vocab size 64, power_a 0.01, random_non_queries False, data seed 0; 256/32/32 '
@@ -99,7 +113,8 @@ def test_table_and_best_learning_rate_over_several_sweep_folders(real_sweep, tmp
             ('transformer', 16, 1e-3, 2, 4): (0.99, 1.0)}
   root = grid(real_sweep, tmp_path / 'parent', points)
   paths = report.make_report(root, out_dir=tmp_path / 'out')
-  assert {p.name for p in paths} == {'mqar.md', 'mqar.tex', 'mqar.csv', recall.WIDTHS_FIGURE}
+  assert {p.name for p in paths} == {'mqar.md', 'mqar.tex', 'mqar.csv', recall.WIDTHS_FIGURE,
+                                     recall.MODELS_FIGURE}
   rows = markdown_rows(tmp_path / 'out' / 'mqar.md')
   # Sorted by model (registry order: the Transformer first), then L, N, D, lr.
   assert [(r['Model'], r['D'], r['lr']) for r in rows] == [
@@ -117,8 +132,7 @@ def test_table_and_best_learning_rate_over_several_sweep_folders(real_sweep, tmp
   assert best == {('transformer', '16', '0.001'), ('luna16', '16', '0.003'),
                   ('luna16', '32', '0.001')}
   # The widths figure plots each width's best learning rate.
-  results = report.load_results(root)
-  panels, _ = recall.width_panels(recall.best_rows(recall.rows_of(results, 'last')))
+  panels, _ = recall.width_panels(recall.best_rows(setting_rows(root)))
   lines = panels['L = 16, N = 2']
   assert {d: round(c.mean, 6) for d, c in lines['luna16'].items()} == {16: 85.0, 32: 96.0}
   assert lines['transformer'][16].mean == pytest.approx(99.5)
@@ -129,17 +143,17 @@ def test_the_capacity_figure_needs_two_pair_counts_and_the_widths_figure_two_wid
   one_n = grid(real_sweep, tmp_path / 'one', {('luna16', 16, 3e-3, 2, 4): (0.5, 0.6),
                                               ('luna16', 16, 3e-3, 2, 8): (0.7, 0.8)})
   assert {p.name for p in report.make_report(one_n, out_dir=tmp_path / 'one_out')} == {
-      'mqar.md', 'mqar.tex', 'mqar.csv'}
+      'mqar.md', 'mqar.tex', 'mqar.csv', recall.MODELS_FIGURE}  # P = 4 and 8: two bars
   points = {('luna16', 16, 3e-3, 2, 4): (0.9, 1.0), ('luna16', 16, 3e-3, 4, 4): (0.5, 0.6),
             ('luna16', 16, 3e-3, 2, 8): (1.0, 1.0), ('luna16', 16, 3e-3, 4, 8): (0.8, 0.9),
             ('transformer', 16, 3e-3, 2, 4): (1.0, 1.0),
             ('transformer', 16, 3e-3, 4, 4): (1.0, 0.98)}
   root = grid(real_sweep, tmp_path / 'capacity', points)
   paths = report.make_report(root, out_dir=tmp_path / 'out')
-  assert {p.name for p in paths} == {'mqar.md', 'mqar.tex', 'mqar.csv', recall.CAPACITY_FIGURE}
+  assert {p.name for p in paths} == {'mqar.md', 'mqar.tex', 'mqar.csv', recall.CAPACITY_FIGURE,
+                                     recall.MODELS_FIGURE}
   assert (tmp_path / 'out' / recall.CAPACITY_FIGURE).stat().st_size > 0
-  results = report.load_results(root)
-  panels, chances = recall.capacity_panels(recall.best_rows(recall.rows_of(results, 'last')))
+  panels, chances = recall.capacity_panels(recall.best_rows(setting_rows(root)))
   lines = panels['L = 16, D = 16']
   assert sorted(lines) == ['Luna P=4', 'Luna P=8', 'Transformer']
   assert {n: round(c.mean, 6) for n, c in lines['Luna P=4'].items()} == {2: 95.0, 4: 55.0}
@@ -153,7 +167,7 @@ def test_the_same_setting_and_seed_twice_is_an_error(real_sweep, tmp_path):
     report.load_results(tmp_path / 'parent')
   derive(seed_runs(real_sweep)[0], tmp_path / 'causal', 0.5)
   derive(seed_runs(real_sweep)[0], tmp_path / 'causal' / 'c', 0.6, causal=True)
-  [bidirectional, causal] = recall.rows_of(report.load_results(tmp_path / 'causal'), 'last')
+  [bidirectional, causal] = setting_rows(tmp_path / 'causal')
   assert (bidirectional.setting.label(), causal.setting.label()) == ('luna16', 'luna16 (causal)')
 
 
@@ -173,3 +187,159 @@ def test_an_lra_folder_gets_no_mqar_outputs_and_a_mixed_one_both(real_sweep, tmp
   names = {p.name for p in report.make_report(lra, out_dir=tmp_path / 'mixed_out')}
   assert {'table1.md', 'mqar.md'} <= names
   assert 'MQAR' not in (tmp_path / 'mixed_out' / 'table1.md').read_text()
+
+
+# ----------------------------------------------------------------------------------------------
+# The record: MQAR rows, their group the setting's text.
+# ----------------------------------------------------------------------------------------------
+def write_record(path: pathlib.Path, rows: list[dict]) -> pathlib.Path:
+  """A record CSV of rows (dicts of some of record.COLUMNS; the rest empty), as if copied in."""
+  with path.open('w', newline='') as f:
+    writer = csv.DictWriter(f, record.COLUMNS, restval='', lineterminator='\n')
+    writer.writeheader()
+    writer.writerows(rows)
+  return path
+
+
+def mqar_row(group: str, seed: int, last: float, commit='abc1234', size='quick') -> dict:
+  return {'size': size, 'task': 'mqar', 'group': group, 'seed': seed, 'steps': 3000,
+          'best': last, 'last': last, 'commit': commit, 'machine': 'Xeon',
+          'config': 'mqar.py:luna16,quick'}
+
+
+@pytest.mark.parametrize('setting, text', [
+    (recall.Setting('luna16', True, 64, 4, 64, 8, 3e-3),
+     'luna16 causal L=64 N=4 D=64 P=8 lr=0.003'),
+    (recall.Setting('luna16', False, 16, 2, 16, 4, 1e-4),
+     'luna16 bidirectional L=16 N=2 D=16 P=4 lr=0.0001'),
+    (recall.Setting('transformer', True, 256, 16, 128, None, 1e-5),
+     'transformer causal L=256 N=16 D=128 lr=1e-05'),
+    (recall.Setting('s5', False, 64, 4, 64, None, 0.1 + 0.2),
+     's5 bidirectional L=64 N=4 D=64 lr=0.30000000000000004'),
+])
+def test_a_settings_group_text_reads_back_exactly(setting, text):
+  assert setting.group() == text
+  assert recall.Setting.from_group(text) == setting
+
+
+@pytest.mark.parametrize('text', [
+    'luna16 L=64 N=4 D=64 P=8 lr=0.003',                 # neither causal nor bidirectional
+    'luna16 causal L=64 N=4 D=64 P=8 lr=fast',           # a learning rate that is no number
+    'luna16 causal L=64 N=0 D=64 P=8 lr=0.003',          # no pairs
+    'luna16 causal L=64 N=4 D=64 P=8',                   # no learning rate
+    'luna16 causal L=64 N=4 D=64 P=8 lr=0.003 extra',
+    'luna16'])
+def test_a_malformed_group_is_refused_naming_the_text_and_in_a_record_its_line(
+    text, tmp_path, capsys):
+  with pytest.raises(ValueError, match='is not "<model> causal|bidirectional') as raised:
+    recall.Setting.from_group(text)
+  assert repr(text) in str(raised.value)
+  rec = write_record(tmp_path / 'record.csv', [
+      mqar_row('luna16 causal L=64 N=4 D=64 P=8 lr=0.003', 0, 90.0), mqar_row(text, 0, 90.0)])
+  assert report.main([str(rec)]) == 1
+  error = capsys.readouterr().err.strip()
+  assert len(error.splitlines()) == 1 and f'{rec}, line 3: the MQAR group {text!r}' in error
+
+
+def test_an_mqar_runs_record_row_gives_the_table_and_figures_of_its_folder(
+    real_sweep, tmp_path, capsys):
+  root = tmp_path / 'runs'
+  shutil.copytree(real_sweep, root / 'luna')
+  for source, accuracy in zip(seed_runs(real_sweep), (0.9, 0.7)):
+    derive(source, root / 'transformer', accuracy, model='transformer', dim=16, pack=4)
+  rec = tmp_path / 'record.csv'
+  assert report.main([str(root), '--record', str(rec), '--out_dir', str(tmp_path / 'folder')]) == 0
+  assert 'record: 4 runs merged into' in capsys.readouterr().out
+  results = [json.loads((w / run_folder.RESULTS_FILE).read_text()) for w in seed_runs(real_sweep)]
+  rows = list(csv.DictReader(rec.open()))
+  assert rows[0] == {
+      'size': 'quick', 'task': 'mqar', 'group': 'luna16 bidirectional L=16 N=2 D=16 P=4 lr=0.003',
+      'seed': '0', 'steps': '4', 'best': f"{100 * results[0]['best']['test_accuracy']:.2f}",
+      'last': f"{100 * results[0]['last']['test_accuracy']:.2f}",
+      'commit': results[0]['environment']['commit'] + ('+dirty' if results[0]['environment'][
+          'dirty'] else ''),
+      'machine': results[0]['environment']['cpu'],
+      'config': ' '.join(['mqar.py:luna16,quick,bidirectional', *results[0]['run']['overrides']])}
+  assert [(r['group'], r['seed']) for r in rows[2:]] == [
+      ('transformer bidirectional L=16 N=2 D=16 lr=0.003', '0'),
+      ('transformer bidirectional L=16 N=2 D=16 lr=0.003', '1')]
+  # The record alone: the same files, table rows and CSV; its notes name the record.
+  assert report.main([str(rec), '--out_dir', str(tmp_path / 'record')]) == 0
+  names = sorted(p.name for p in (tmp_path / 'folder').iterdir())
+  assert names == sorted(p.name for p in (tmp_path / 'record').iterdir()) == [
+      'mqar.csv', 'mqar.md', 'mqar.tex', recall.MODELS_FIGURE]
+  from_folder = markdown_rows(tmp_path / 'folder' / 'mqar.md')
+  assert markdown_rows(tmp_path / 'record' / 'mqar.md') == from_folder
+  assert [row['Model'] for row in from_folder] == ['transformer', 'luna16']
+  assert ((tmp_path / 'record' / 'mqar.csv').read_text()
+          == (tmp_path / 'folder' / 'mqar.csv').read_text())
+  text = (tmp_path / 'record' / 'mqar.md').read_text()
+  assert (f'Data and training: as recorded in {rec}: presets '
+          'mqar.py:luna16,quick,bidirectional' in text)
+  assert f"commits {short_commit(results[0])} on {results[0]['environment']['cpu']}." in text
+  assert 'vocab size 64' in (tmp_path / 'folder' / 'mqar.md').read_text()
+  assert not (tmp_path / 'record' / 'groups.md').exists()  # no LRA row: no LRA table
+
+
+def test_a_record_of_lra_and_mqar_rows_makes_both_reports(tmp_path):
+  lra = [{'size': 'mid', 'task': 'listops', 'group': model, 'seed': seed, 'steps': 1600,
+          'best': accuracy, 'last': accuracy, 'commit': 'abc1234', 'config': 'listops.py'}
+         for model, values in (('s4d', (40.0, 42.0)), ('transformer', (30.0, 31.0)))
+         for seed, accuracy in enumerate(values)]
+  mqar = [mqar_row('luna16 causal L=64 N=4 D=64 P=16 lr=0.003', seed, value)
+          for seed, value in enumerate((80.0, 90.0))]
+  rec = write_record(tmp_path / 'record.csv', lra + mqar)
+  names = {p.name for p in report.make_report(rec, out_dir=tmp_path / 'out')}
+  assert {'groups.md', 'orderings.md', 'groups.png', 'mqar.md'} <= names
+  groups = (tmp_path / 'out' / 'groups.md').read_text()
+  assert 'S4D' in groups and 'mqar' not in groups and 'luna16' not in groups
+  [row] = markdown_rows(tmp_path / 'out' / 'mqar.md')
+  assert (row['Model'], row['P'], row['Test acc. (%)'], row['Chance (%)'], row['Steps']) == (
+      'luna16 (causal)', '16', f'85.00 ± {statistics.stdev([80, 90]):.2f}', '25.00', '3000')
+
+
+def test_the_models_figure_needs_two_models_at_one_length_pairs_and_width(tmp_path):
+  one = write_record(tmp_path / 'one.csv', [  # one model, two learning rates
+      mqar_row(f'luna16 causal L=64 N=4 D=64 P=16 lr={lr}', seed, value)
+      for lr, values in ((0.001, (50.0, 60.0)), (0.003, (70.0, 80.0)))
+      for seed, value in enumerate(values)])
+  assert recall.MODELS_FIGURE not in {p.name for p in report.make_report(one, out_dir=tmp_path)}
+  groups = {'transformer causal L=64 N=4 D=64 lr=0.001': (99.0, 97.0),
+            'transformer causal L=64 N=4 D=64 lr=0.003': (40.0, 30.0),
+            'luna16 causal L=64 N=4 D=64 P=8 lr=0.003': (60.0, 70.0),
+            'luna16 causal L=64 N=8 D=64 P=8 lr=0.003': (50.0, 55.0)}  # alone at its (L, N, D)
+  rows = [mqar_row(group, seed, value) for group, values in groups.items()
+          for seed, value in enumerate(values)]
+  two = write_record(tmp_path / 'two.csv', rows)
+  paths = report.make_report(two, out_dir=tmp_path / 'two')
+  assert recall.MODELS_FIGURE in {p.name for p in paths}
+  assert (tmp_path / 'two' / recall.MODELS_FIGURE).stat().st_size > 0
+  # One panel; a bar per model at its best learning rate, in the registry's order.
+  panels = recall.model_panels(recall.best_rows(recall.rows_of(record.read(two), 'last', two)))
+  [(title, bars)] = panels.items()
+  assert title == 'L = 64, N = 4, D = 64'
+  assert [(recall.bar_label(bar.setting), bar.cell.mean, bar.accuracies) for bar in bars] == [
+      ('transformer (causal)', 98.0, [99.0, 97.0]), ('luna16 P=8 (causal)', 65.0, [60.0, 70.0])]
+  assert recall.bar_label(recall.Setting('luna16', False, 64, 4, 64, 16, 0.003)) == 'luna16'
+
+
+def test_hand_copied_rows_are_marked_and_two_sizes_of_a_seed_need_size(tmp_path, capsys):
+  group = 'transformer causal L=64 N=4 D=64 lr=0.003'
+  rec = write_record(tmp_path / 'record.csv', [mqar_row(group, 0, 99.0, commit=''),
+                                               mqar_row(group, 1, 97.0)])
+  report.make_report(rec, out_dir=tmp_path / 'out')
+  [row] = markdown_rows(tmp_path / 'out' / 'mqar.md')
+  assert row['Commit'] == 'not recorded (1), abc1234 (1)'
+  assert 'Commit not recorded: a results.json from before commits were recorded, or a record row ' \
+         'copied in by hand' in (tmp_path / 'out' / 'mqar.md').read_text()
+  recorded = write_record(tmp_path / 'recorded.csv', [mqar_row(group, 0, 99.0)])
+  report.make_report(recorded, out_dir=tmp_path / 'recorded')
+  assert 'Commit not recorded' not in (tmp_path / 'recorded' / 'mqar.md').read_text()
+  # The same setting and seed at two sizes would count the seed twice.
+  sizes = write_record(tmp_path / 'sizes.csv', [mqar_row(group, 0, 99.0),
+                                                mqar_row(group, 0, 90.0, size='full')])
+  assert report.main([str(sizes)]) == 1
+  assert (f'{sizes}: {group} seed 0 ran at sizes full and quick; choose one with --size.'
+          in capsys.readouterr().err)
+  assert report.main([str(sizes), '--size', 'full', '--out_dir', str(tmp_path / 'full')]) == 0
+  assert markdown_rows(tmp_path / 'full' / 'mqar.md')[0]['Test acc. (%)'] == '90.00'

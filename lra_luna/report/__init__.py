@@ -25,11 +25,12 @@ lra_luna/tables.py:
   model's: own vs rotary positions per task and their difference (docs/positions.md).
 - probe_<task>.png, when the runs were probed (python -m lra_luna.probe, their probe.json):
   accuracy against the window of tokens the models see, a line per model.
-- mqar.{md,tex,csv}, mqar_widths.png and mqar_capacity.png, when the folder holds MQAR runs
-  (task 'mqar', report/recall.py): a row per (model, causal, L, N, D, Luna's P, learning rate)
-  with chance and steps, Zoology's Figure 2 (accuracy against width, best learning rate per
-  point) and Luna's capacity (accuracy against pairs N, a line per P, the Transformer beside).
-  MQAR runs are in none of the LRA tables, groups, Figure 1 or the record; the same
+- mqar.{md,tex,csv}, mqar_widths.png, mqar_capacity.png and mqar_models.png, when the folder
+  holds MQAR runs (task 'mqar', report/recall.py): a row per (model, causal, L, N, D, Luna's P,
+  learning rate) with chance, steps and commits, Zoology's Figure 2 (accuracy against width,
+  best learning rate per point), Luna's capacity (accuracy against pairs N, a line per P, the
+  Transformer beside) and the models side by side at each (L, N, D) (a bar each, seeds as
+  dots). MQAR runs are in none of the LRA tables, groups or Figure 1; the same
   task/model/head/seed in two settings (several sweep folders under one) are two runs.
 Accuracies are percent of the chosen checkpoint's test set; every table says which checkpoint.
 Each published number names its paper and table.
@@ -38,7 +39,9 @@ The record (report/record.py): --record FILE merges each finished run's row (siz
 seed, steps, test accuracy at both checkpoints, the commit and machine of its results.json, its
 preset and overrides) into a CSV of your own, a rerun replacing its row. Given that CSV instead
 of a folder, report writes its groups, orderings and group figure (default out_dir
-runs/report_<its name>); rows without a commit are marked in them.
+runs/report_<its name>), and from its MQAR rows (their group: the setting's text, e.g.
+'luna16 causal L=64 N=4 D=64 P=16 lr=0.003') the MQAR table and figures; rows without a commit
+are marked in them.
 A missing cell is '—' (empty in CSV), never 0; an average needs every one of its tasks.
 
 How each run trained is what it recorded at train time (results.json 'run',

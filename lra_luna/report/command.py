@@ -54,21 +54,27 @@ def write_evidence(rows: list[dict], checkpoint: str, out_dir, where) -> list:
 
 
 def report_record(path, checkpoint: str, out_dir=None, size: str | None = None) -> list:
-  """The group and ordering tables and the group figure of a record CSV (report/record.py)."""
+  """The group and ordering tables and the group figure of a record CSV's LRA rows
+  (report/record.py), the MQAR table and figures of its MQAR rows (report/recall.py)."""
   if not pathlib.Path(path).is_file():
     raise FileNotFoundError(f'{path}: no such record; write one with `python -m lra_luna.report '
                             'SWEEP_DIR --record FILE`.')
-  rows = select_size(record.read(path), size, path)
+  rows, recall_rows = recall.split(select_size(record.read(path), size, path))
   out_dir = pathlib.Path(out_dir or pathlib.Path('runs') / f'report_{pathlib.Path(path).stem}')
-  return write_evidence(rows, checkpoint, out_dir, path)
+  paths = write_evidence(rows, checkpoint, out_dir, path) if rows else []
+  if recall_rows:
+    paths += recall.write_report(recall_rows, checkpoint, out_dir, path,
+                                 notes=recall.record_notes(recall_rows, path))
+  return paths
 
 
 def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None,
                 size: str | None = None, record_path=None) -> list:
   """Writes the tables and the figures of a sweep folder (or, given a record CSV, its group and
-  ordering tables and group figure); returns the paths written. `record_path`: merge the
-  folder's runs into that record first. MQAR runs have their own table and figures
-  (report/recall.py); the LRA tables, groups and Figure 1 are those of the other runs."""
+  ordering tables and group figure, and its MQAR table and figures); returns the paths written.
+  `record_path`: merge the folder's runs into that record first. MQAR runs have their own table
+  and figures (report/recall.py); the LRA tables, groups and Figure 1 are those of the other
+  runs."""
   if checkpoint not in runs.CHECKPOINTS:
     raise ValueError(f'checkpoint = {checkpoint!r}; valid choices: {list(runs.CHECKPOINTS)}.')
   if pathlib.Path(sweep_dir).suffix == '.csv':
@@ -80,14 +86,13 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None,
   if not results:
     raise FileNotFoundError(f'No {run_folder.RESULTS_FILE} under {sweep_dir}; train a sweep '
                             'first (python -m lra_luna.sweep, README).')
-  recall_results = [r for r in results if r['task'] == recall.TASK]
-  results = [r for r in results if r['task'] != recall.TASK]
+  results, recall_results = recall.split(results)
   rows = record.rows_of(results, orderings.group_name)
+  recall_rows = recall.record_rows(recall_results)
   if record_path:
-    count = record.write(record_path, rows)
-    print(f'record: {len(rows)} runs merged into {record_path} ({count} runs in it)'
-          + (f'; {len(recall_results)} MQAR runs are not recorded (mqar.md reports them).'
-             if recall_results else '.'))
+    count = record.write(record_path, rows + recall_rows)
+    print(f'record: {len(rows) + len(recall_rows)} runs merged into {record_path} ({count} runs '
+          'in it).')
   out_dir = pathlib.Path(out_dir or run_folder.report_dir(sweep_dir))
   data = sources.data_sources(results)
   paths = []
@@ -96,7 +101,8 @@ def make_report(sweep_dir, checkpoint: str = 'last', profile=None, out_dir=None,
   if recall_results:
     note = sources.campaign_note(sweep_dir, {**data,
                                              recall.TASK: recall.data_words(recall_results)})
-    paths += recall.write_report(recall_results, checkpoint, out_dir, note)
+    paths += recall.write_report(recall_rows, checkpoint, out_dir, sweep_dir, note,
+                                 recall.folder_notes(recall_results))
   return paths
 
 

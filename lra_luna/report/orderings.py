@@ -30,6 +30,9 @@ WITHIN_POINTS = 3.0  # "within a few points": of the Transformer (LRA, Luna), of
 RELATIONS = {'>': '>', '>=': '>=', 'within': f'within {WITHIN_POINTS:g} points of'}
 HEAD_LABELS = {'cls': '[CLS]', 'mean': 'mean', 'mean_p': 'P'}  # group_label's names of the heads
 NO_COMMIT = '*'  # marks a group with runs of no recorded commit
+NOT_RECORDED = 'not recorded'  # the commit (or machine) of a run that has none
+NO_COMMIT_REASON = ('a results.json from before commits were recorded, or a record row copied in '
+                    'by hand after its run folder was gone')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,16 +179,24 @@ def describe(values: list[float]) -> str:
   return f'{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f} (n = {len(values)})'
 
 
-def commits(group_rows: list[dict]) -> str:
-  """The commits of a group's runs: 'abc1234' or 'abc1234 (3), not recorded (2)'."""
+def counted(names: list[str]) -> str:
+  """'a' where every name is one, else 'a (3), b (2)' (first seen first); an empty name is
+  NOT_RECORDED."""
   counts = {}
-  for row in group_rows:
-    commit, _, dirty = row['commit'].partition('+')
-    name = commit[:7] + (f'+{dirty}' if dirty else '') if commit else 'not recorded'
-    counts[name] = counts.get(name, 0) + 1
+  for name in names:
+    counts[name or NOT_RECORDED] = counts.get(name or NOT_RECORDED, 0) + 1
   if len(counts) == 1:
     return next(iter(counts))
   return ', '.join(f'{name} ({count})' for name, count in counts.items())
+
+
+def commits(group_rows: list[dict]) -> str:
+  """The commits of a group's runs: 'abc1234' or 'abc1234 (3), not recorded (2)'."""
+  names = []
+  for row in group_rows:
+    commit, _, dirty = row['commit'].partition('+')
+    names.append(commit[:7] + (f'+{dirty}' if dirty else ''))
+  return counted(names)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -200,7 +211,7 @@ def scope(groups: dict, checkpoint: str) -> str:
     for (s, task, _), group_rows in groups.items():
       if s == size:
         steps.setdefault(task, set()).update(_steps_text(r['steps']) for r in group_rows)
-    said = ', '.join(f'{tasks.title(task)} {" / ".join(sorted(n, key=_steps_key))} steps'
+    said = ', '.join(f'{tasks.title(task)} {" / ".join(sorted(n, key=steps_key))} steps'
                      for task, n in steps.items())
     parts.append(f'size {size} ({said})')
   return (f'{"; ".join(parts)}; test accuracy (%) of the {runs_lib.CHECKPOINTS[checkpoint]}; '
@@ -212,7 +223,8 @@ def _steps_text(steps) -> str:
   return f'{int(steps):,}' if str(steps).isdigit() else str(steps or '?')
 
 
-def _steps_key(steps: str):
+def steps_key(steps: str):
+  """Sorts steps texts ('1,600', '400') by their number, other text after them."""
   digits = steps.replace(',', '')
   return (0, int(digits)) if digits.isdigit() else (1, steps)
 
@@ -306,9 +318,8 @@ def orderings_table(groups: dict, checkpoint: str) -> tables.Table:
            f'("within": inside ±{WITHIN_POINTS:g}), reversed on the other side, not '
            'distinguishable where it holds 0.']
   if any(NO_COMMIT in cell for row in rows for cell in row):
-    notes.append(f'{NO_COMMIT}: some runs of the group have no recorded commit (a results.json '
-                 'from before commits were recorded, or a record row copied in by hand after its '
-                 'run folder was gone).')
+    notes.append(f'{NO_COMMIT}: some runs of the group have no recorded commit '
+                 f'({NO_COMMIT_REASON}).')
   notes.append(summary(counts) if rows else 'No ordering has both of its groups here.')
   return tables.Table('orderings', f'Published orderings: {scope(groups, checkpoint)}.', header,
                       rows, align='l' * len(header), notes=notes)

@@ -1,16 +1,26 @@
 """The setting of an MQAR run (report/recall.py's rows, report/runs.py's duplicate check): the
-model, causal or not, L, N, width, Luna's P and the learning rate, from its config.json."""
+model, causal or not, L, N, width, Luna's P and the learning rate, from its config.json; in a
+record (report/record.py) it is the row's group, its text ('luna16 causal L=64 N=4 D=64 P=16
+lr=0.003', Setting.group), read back by Setting.from_group."""
 
 import dataclasses
 import functools
 import json
 import pathlib
+import re
 
 from lra_luna import config_lib
 from lra_luna.training import run_folder
 
 TASK = 'mqar'
 LUNA_ATTENTION = 'luna'     # model.attention of the Luna models: P is part of their setting
+CAUSALITY = {True: 'causal', False: 'bidirectional'}
+COUNT = r'[1-9]\d*'  # L, N, D and P are positive integers
+NUMBER = r'(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?'  # a float's text, as repr writes it
+GROUP_PATTERN = re.compile(
+    rf'(?P<model>\S+) (?P<causality>causal|bidirectional) L=(?P<length>{COUNT}) '
+    rf'N=(?P<pairs>{COUNT}) D=(?P<dim>{COUNT})(?: P=(?P<pack>{COUNT}))? lr=(?P<lr>{NUMBER})')
+GROUP_FORM = '<model> causal|bidirectional L=<int> N=<int> D=<int> [P=<int>] lr=<number>'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,12 +35,37 @@ class Setting:
   lr: float
 
   def words(self) -> str:
+    """'causal L=64 N=4 D=64 P=16 lr=0.003' (P for Luna only; the learning rate's shortest
+    exact text, so that the words read back to the same float)."""
     pack = '' if self.pack is None else f' P={self.pack}'
-    return (f"{'causal' if self.causal else 'bidirectional'} L={self.length} N={self.pairs} "
-            f'D={self.dim}{pack} lr={self.lr:g}')
+    return (f'{CAUSALITY[self.causal]} L={self.length} N={self.pairs} D={self.dim}{pack} '
+            f'lr={self.lr!r}')
 
-  def label(self) -> str:
-    return self.model + (' (causal)' if self.causal else '')
+  def group(self) -> str:
+    """The setting as a record's group: the model, then its words."""
+    return f'{self.model} {self.words()}'
+
+  @classmethod
+  def from_group(cls, text: str) -> 'Setting':
+    """The Setting of a record's group text (Setting.group); ValueError naming the text and
+    the form it should have where it does not parse."""
+    match = GROUP_PATTERN.fullmatch(text)
+    if not match:
+      raise ValueError(f'the MQAR group {text!r} is not "{GROUP_FORM}", e.g. '
+                       "'transformer causal L=64 N=4 D=64 lr=0.003'.")
+    pack = match['pack']
+    return cls(match['model'], match['causality'] == CAUSALITY[True], int(match['length']),
+               int(match['pairs']), int(match['dim']), None if pack is None else int(pack),
+               float(match['lr']))
+
+  def chance(self) -> float:
+    """Test accuracy (%) of guessing among the sequence's N values: 1/N."""
+    return 100 / self.pairs
+
+  def label(self, pack: int | None = None) -> str:
+    """'luna16 (causal)'; with `pack`, that P after the model's name ('luna16 P=8 (causal)')."""
+    return (self.model + ('' if pack is None else f' P={pack}')
+            + (' (causal)' if self.causal else ''))
 
   def order(self) -> tuple:
     """Models in config_lib.MODELS order, then L, N, D, P, learning rate."""

@@ -5,17 +5,29 @@ group and ordering tables outlive the run folders, which do not outlive their ma
 `report SWEEP_DIR --record FILE` merges each run's row into FILE (a rerun replaces its row);
 `report FILE` draws the group and ordering tables and the group figure from it. A row whose
 `commit` is empty was copied in by hand (its run folder was gone): the tables mark it.
+An MQAR run (task 'mqar') is a row too, its group the text of its setting (model, causal or
+bidirectional, L, N, D, Luna's P, learning rate: recall_setting.Setting.group), from which
+`report FILE` draws the MQAR table and figures (report/recall.py).
 """
 
 import csv
 import os
 import pathlib
 
+from lra_luna.report import recall_setting
 from lra_luna.report import runs as runs_lib
 
 COLUMNS = ('size', 'task', 'group', 'seed', 'steps', 'best', 'last', 'commit', 'machine',
            'config')
 KEY = ('size', 'task', 'group', 'seed')  # one row per run; a rerun replaces its row
+ACCURACY_FORMAT = '.2f'  # test accuracy (%) as the record keeps it
+
+
+def as_recorded(accuracy: float) -> float:
+  """A test accuracy (%) as the record keeps it (ACCURACY_FORMAT), so that a table drawn from
+  the runs and one drawn from their record agree to the last digit."""
+  return float(format(accuracy, ACCURACY_FORMAT))
+
 
 def commit_of(result: dict) -> str:
   """The commit of results.json's environment, '+dirty' when the checkout differed from it; ''
@@ -64,6 +76,11 @@ def read(path) -> list[dict]:
         raise ValueError(f'{path}, line {line}: seed {row["seed"]!r}, best {row["best"]!r}, '
                          f'last {row["last"]!r}: a seed is an integer and an accuracy a number '
                          '(percent) or empty.') from None
+      if row['task'] == recall_setting.TASK:  # an MQAR row's group is its setting
+        try:
+          recall_setting.Setting.from_group(row['group'])
+        except ValueError as e:
+          raise ValueError(f'{path}, line {line}: {e}') from None
       key = tuple(row[k] for k in KEY)
       if key in seen:
         raise ValueError(f'{path}, line {line}: the same run ({", ".join(map(str, key))}) as '
@@ -74,6 +91,13 @@ def read(path) -> list[dict]:
     raise ValueError(f'{path} holds no run; write it with `python -m lra_luna.report SWEEP_DIR '
                      '--record FILE`.')
   return rows
+
+
+def cell_text(value):
+  """A record cell: empty for None, an accuracy (a float) in ACCURACY_FORMAT, else the value."""
+  if value is None:
+    return ''
+  return format(value, ACCURACY_FORMAT) if isinstance(value, float) else value
 
 
 def write(path, rows: list[dict]) -> int:
@@ -88,8 +112,7 @@ def write(path, rows: list[dict]) -> int:
     writer = csv.DictWriter(f, COLUMNS, lineterminator='\n')
     writer.writeheader()
     for key in sorted(merged):
-      writer.writerow({k: '' if v is None else (f'{v:.2f}' if isinstance(v, float) else v)
-                       for k, v in merged[key].items()})
+      writer.writerow({k: cell_text(v) for k, v in merged[key].items()})
   os.replace(temporary, path)
   return len(merged)
 
