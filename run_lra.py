@@ -36,6 +36,7 @@ from absl import logging  # noqa: E402
 
 from lra_luna import config_lib  # noqa: E402
 from lra_luna import run_size  # noqa: E402
+from lra_luna.training import results as results_lib  # noqa: E402
 from lra_luna.training import run_folder  # noqa: E402
 from lra_luna.training import signals  # noqa: E402
 from lra_luna.training import steps  # noqa: E402
@@ -140,6 +141,7 @@ def main(argv):
     sys.exit(f'error: {e.filename}: {e.strerror or e} ({type(e).__name__}); check that path '
              f'(--verbosity=1 shows the traceback).')
   print(json.dumps(results, indent=2, sort_keys=True))
+  print(results_lib.closing_line(results))
 
 
 if __name__ == '__main__':

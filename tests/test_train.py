@@ -18,6 +18,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from lra_luna.training import checkpoints, metrics, run_folder, steps, train
+from lra_luna.training import results as results_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 import tiny  # noqa: E402  (the shared tiny run: tests/tiny.py)
@@ -656,3 +657,14 @@ def test_a_signal_to_a_sweep_reaches_its_run_once_and_stops_the_sweep(data_dir, 
       'the validation at step 10 of 20, checkpoint saved at step 10 (its validation runs again '
       f'on resume)"; resume the sweep with: {shlex.join(["python", "-m", "lra_luna.sweep", *args])}')
   assert run_folder.saved_step(workdir, 'latest') == 10
+
+
+def test_the_closing_line_gives_the_test_accuracy_beside_what_guessing_gives():
+  run = {'task': 'listops', 'model': 'luna16', 'seed': 2, 'steps': 300, 'test_accuracy': 0.375,
+         'test_majority_rate': 0.1725, 'best': {'step': 200, 'test_accuracy': 0.4}}
+  assert results_lib.closing_line(run) == (
+      'listops / luna16, seed 2: test accuracy 37.50% at step 300, 40.00% at the best '
+      'validation checkpoint (step 200); the majority class 17.25%.')
+  mqar = {**run, 'task': 'mqar', 'test_chance_rate': 0.25, 'best': {}}
+  assert results_lib.closing_line(mqar) == (
+      'mqar / luna16, seed 2: test accuracy 37.50% at step 300; chance 25.00% (1/N).')

@@ -143,6 +143,21 @@ def pretraining_results(config, runs, state, data, evaluate, label, num_params, 
   return all_results
 
 
+def closing_line(results: dict) -> str:
+  """The run's test accuracy (last and best checkpoints) beside what guessing gives: chance (1/N)
+  for MQAR, else always the training set's majority class."""
+  best = results.get('best') or {}
+  best_words = (f", {100 * best['test_accuracy']:.2f}% at the best validation checkpoint "
+                f"(step {best['step']})" if 'test_accuracy' in best else '')
+  if results.get('test_chance_rate') is not None:
+    baseline = f"chance {100 * results['test_chance_rate']:.2f}% (1/N)"
+  else:
+    baseline = f"the majority class {100 * results['test_majority_rate']:.2f}%"
+  return (f"{results['task']} / {results['model']}, seed {results['seed']}: test accuracy "
+          f"{100 * results['test_accuracy']:.2f}% at step {results['steps']}{best_words}; "
+          f'{baseline}.')
+
+
 def close_run(run, results: dict, is_writer: bool) -> None:
   """A seed's phase is over: its results.json and learning curves written (by the writing
   process), its checkpoint manager closed."""
