@@ -635,8 +635,10 @@ def test_a_pretraining_of_another_vocabulary_is_refused_before_training(data_dir
   assert run_folder.saved_step(tmp_path / 'run', 'latest') is None
 
 
-def test_direct_causal_convolution_equals_the_fft_one():
+@pytest.mark.parametrize('toeplitz_max_elements', [1 << 24, 0])  # the Toeplitz form; the conv
+def test_direct_causal_convolution_equals_the_fft_one(monkeypatch, toeplitz_max_elements):
   from lra_luna.models.blocks import s4d  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(s4d, 'TOEPLITZ_MAX_ELEMENTS', toeplitz_max_elements)
   rng = np.random.default_rng(0)
   u = jnp.asarray(rng.normal(size=(2, 13, 3)), jnp.float32)
   kernel = jnp.asarray(rng.normal(size=(3, 13)), jnp.float32)

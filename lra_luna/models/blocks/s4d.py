@@ -81,11 +81,21 @@ def fft_convolution(u, kernel, reverse_kernel=None):
   return jnp.fft.irfft(u_f * k_f, n=2 * length, axis=1)[:, :length]
 
 
+# The largest Toeplitz matrix [H, L, L] (elements) causal_convolution builds: 64 MiB of float32.
+# Beyond it the depthwise convolution, whose gradient on a CPU is some 60 times slower.
+TOEPLITZ_MAX_ELEMENTS = 1 << 24
+
+
 def causal_convolution(u, kernel):
   """y [B, L, H]: y_i = sum_{j<=i} K[i-j] u_j, fft_convolution's one-sided case in the direct
-  form (a depthwise convolution, O(L^2) work): exactly causal, where an FFT spreads rounding
-  (~1e-7) of every input over every output, the past included. u [B, L, H] float32, K [H, L]."""
+  form (O(L^2) work): exactly causal, where an FFT spreads rounding (~1e-7) of every input over
+  every output, the past included. u [B, L, H] float32, K [H, L]. A lower-triangular Toeplitz
+  matrix per feature where it fits in TOEPLITZ_MAX_ELEMENTS, else a depthwise convolution."""
   length, features = u.shape[1], u.shape[2]
+  if features * length * length <= TOEPLITZ_MAX_ELEMENTS:
+    lag = jnp.arange(length)[:, None] - jnp.arange(length)[None, :]  # i - j
+    toeplitz = jnp.where(lag >= 0, kernel[:, jnp.maximum(lag, 0)], 0).astype(u.dtype)
+    return jnp.einsum('hij,bjh->bih', toeplitz, u, precision=jax.lax.Precision.HIGHEST)
   y = jax.lax.conv_general_dilated(
       jnp.transpose(u, (0, 2, 1)), kernel[:, None, ::-1].astype(u.dtype), window_strides=(1,),
       padding=[(length - 1, 0)], feature_group_count=features,
