@@ -337,12 +337,15 @@ def config_differences(saved: dict, config) -> list[str]:
                 and k not in (*BOOKKEEPING_FIELDS, *SAME_UPDATE_FIELDS, *REPORTING_FIELDS))
 
 
+def with_defaults(defaults, saved):
+  """`saved` (a JSON dict written earlier) with the fields it lacks, at any depth, taken from
+  `defaults` (a field's default keeps the behaviour from before the field existed)."""
+  if isinstance(defaults, dict) and isinstance(saved, dict):
+    return {**defaults, **{k: with_defaults(defaults.get(k), v) for k, v in saved.items()}}
+  return saved
+
+
 def saved_config(saved: dict) -> ml_collections.ConfigDict:
   """The config of a run's config.json, with the fields added since it was written at their
-  base_config defaults (a field's default keeps the behaviour from before the field existed),
-  so that older run folders still resume and evaluate."""
-  def merged(default, value):
-    if isinstance(default, dict) and isinstance(value, dict):
-      return {**default, **{k: merged(default.get(k), v) for k, v in value.items()}}
-    return value
-  return ml_collections.ConfigDict(merged(base_config().to_dict(), saved))
+  base_config defaults, so that older run folders still resume and evaluate."""
+  return ml_collections.ConfigDict(with_defaults(base_config().to_dict(), saved))

@@ -23,7 +23,7 @@ from lra_luna.config_base import (BOOKKEEPING_FIELDS, CONFIG_DIR, DATA_SOURCES, 
                                   config_differences, config_help, flatten, model_label,
                                   parse_arg, pretraining_config, saved_config, set_model,
                                   use_long_settings, use_smoke_settings,
-                                  use_uncalibrated_mid_settings)
+                                  use_uncalibrated_mid_settings, with_defaults)
 from lra_luna.config_checks import (POSITIVE_FIELDS, check_accumulation, check_attention,
                                     check_attention_options, check_choice, check_pretrained,
                                     pretraining_spec, validate)

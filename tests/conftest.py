@@ -42,7 +42,9 @@ SLOW = {
                       'test_vmapped_step_estimate_grows_with_the_seeds',
                       'test_a_local_job_sees_its_gpu_by_the_users_name',
                       'test_the_first_steps_compile_in_parallel_with_progress_and_match_one_at_a_'
-                      'time'},
+                      'time', 'test_the_mqar_grids_plan_a_group_per_model_and_cell',
+                      'test_an_mqar_cells_job_plans_its_programs_against_the_device',
+                      'test_a_campaign_with_cells_trains_each_cell_and_reports_them'},
     'test_accumulation': {'test_accumulated_step_equals_the_single_batch_step',
                           'test_accumulated_gradient_is_the_mean_of_the_micro_batches',
                           'test_float16_accumulated_step_with_loss_scaling_matches_the_single_'

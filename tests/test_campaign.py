@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import pathlib
+import runpy
 import shutil
 import signal
 import socket
@@ -17,7 +18,11 @@ import pytest
 
 from lra_luna import campaign
 from lra_luna import config_lib
+from lra_luna import registry
+from lra_luna import spt
+from lra_luna import sweep
 from lra_luna.campaign import __main__ as command
+from lra_luna.campaign import driver as driver_lib
 from lra_luna.campaign import estimate as estimate_lib
 from lra_luna.campaign import jobs as jobs_lib
 from lra_luna.campaign import launch
@@ -579,6 +584,182 @@ def test_sweep_run_folders_are_built_and_parsed_in_one_place(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
+# Cells: the grid once per named override group, in DIR/<cell>/; a spec without cells as before.
+# ----------------------------------------------------------------------------------------------
+# MQAR at a tiny size (the quick config shrunk to seconds), and two cells of it.
+MQAR_TINY = ['mqar.num_train=200', 'mqar.num_val=32', 'mqar.num_test=32', 'mqar.vocab_size=64',
+             'batch_size=8', 'eval_batch_size=16', 'num_train_steps=10', 'warmup_steps=2',
+             'eval_every=10', 'checkpoint_every=10', 'log_every=5', 'model.dim=16',
+             'model.ffn_dim=32', 'model.classifier_dim=32', 'progress_bar=False']
+CELLS = [{'name': 'L16_lr1e-3',
+          'overrides': ['max_length=16', 'mqar.num_kv_pairs=2', 'learning_rate=0.001']},
+         {'name': 'L32_lr3e-3',
+          'overrides': ['max_length=32', 'mqar.num_kv_pairs=4', 'learning_rate=0.003']}]
+
+
+def write_mqar_spec(path, **fields) -> pathlib.Path:
+  """write_spec's spec on the tiny MQAR task with CELLS, the Transformer, its own head."""
+  return write_spec(path, **{'tasks': ['mqar'], 'models': ['transformer'], 'heads': [],
+                             'overrides': MQAR_TINY, 'cells': CELLS, 'profile.enabled': False,
+                             **fields})
+
+
+def same_runs(runs, others) -> bool:
+  return [(r.workdir, r.config.to_json()) for r in runs] == [
+      (r.workdir, r.config.to_json()) for r in others]
+
+
+def test_cells_run_every_group_once_per_cell_in_the_cells_folder(tmp_path):
+  spec = campaign.load_spec(write_mqar_spec(tmp_path / 'spec.py', seeds=[0, 1]))
+  campaign_dir = tmp_path / 'c'
+  groups = plan_lib.plan(spec, campaign_dir)
+  assert list(groups) == [('L16_lr1e-3', 'mqar', 'transformer', 'cls'),
+                          ('L32_lr3e-3', 'mqar', 'transformer', 'cls')]
+  for (cell, *_), runs in groups.items():
+    assert [run.workdir for run in runs] == [
+        campaign_dir / cell / 'mqar' / 'transformer' / 'cls' / f'seed{seed}' for seed in (0, 1)]
+  # The spec's overrides, then the cell's, reach each run's config.
+  settings = {key[0]: {(r.config.max_length, r.config.mqar.num_kv_pairs, r.config.learning_rate,
+                        r.config.num_train_steps) for r in runs} for key, runs in groups.items()}
+  assert settings == {'L16_lr1e-3': {(16, 2, 0.001, 10)}, 'L32_lr3e-3': {(32, 4, 0.003, 10)}}
+  # Each cell's job (what a local or Slurm job unpickles and plans again) makes the same runs.
+  driver = driver_lib.Campaign(spec, campaign_dir, None, 1.0)
+  assert driver.group_names == ['L16_lr1e-3/mqar/transformer/cls',
+                                'L32_lr3e-3/mqar/transformer/cls']
+  for name in driver.group_names:
+    job = driver.make_job(name)
+    assert job.overrides == [*MQAR_TINY, *CELLS[driver.group_names.index(name)]['overrides']]
+    assert same_runs(sweep.plan([job.config], job.seeds, [job.head], job.overrides,
+                                job.campaign_dir), groups[plan_lib.group_key(name)])
+  # --status names each run with its cell.
+  status = [line.split()[0] for line in driver.status_lines()[1:]]
+  assert status == [f'{cell["name"]}/mqar/transformer/cls/seed{seed}' for cell in CELLS
+                    for seed in (0, 1)]
+
+
+def test_a_spec_without_cells_plans_its_groups_straight_under_the_campaign(tmp_path):
+  spec = campaign.load_spec(write_spec(tmp_path / 'spec.py', models=['transformer', 'luna16']))
+  assert json.loads(spec.to_json())['cells'] == []
+  campaign_dir = tmp_path / 'c'
+  groups = plan_lib.plan(spec, campaign_dir)
+  assert list(groups) == [('listops', 'transformer', 'cls'), ('listops', 'luna16', 'cls')]
+  for (task, model, head), runs in groups.items():
+    assert [run.workdir for run in runs] == [
+        run_folder.sweep_run_dir(campaign_dir, task, model, head, seed) for seed in (0, 1)]
+  driver = driver_lib.Campaign(spec, campaign_dir, None, 1.0)
+  job = driver.make_job('listops/luna16/cls')
+  assert job.overrides == TINY and job.campaign_dir == str(campaign_dir)
+  assert estimate_lib.profile_names(groups) == ['listops']
+  argv = estimate_lib.estimate_argv(spec, campaign_dir, ('listops', 'luna16', 'cls'),
+                                    groups[('listops', 'luna16', 'cls')][0].config, None)
+  assert '--override' not in argv
+  assert argv[argv.index('--out_dir') + 1] == str(campaign_dir / 'estimate' / 'listops')
+
+
+def test_estimates_are_per_cell(tmp_path):
+  spec = campaign.load_spec(write_mqar_spec(tmp_path / 'spec.py'))
+  groups = plan_lib.plan(spec, tmp_path)
+  assert estimate_lib.profile_names(groups) == ['L16_lr1e-3/mqar', 'L32_lr3e-3/mqar']
+  key = ('L32_lr3e-3', 'mqar', 'transformer', 'cls')
+  argv = estimate_lib.estimate_argv(spec, tmp_path, key, groups[key][0].config, None)
+  assert argv[argv.index('--lengths') + 1] == '32'
+  assert argv[argv.index('--override') + 1:][:3] == CELLS[1]['overrides']
+  assert argv[argv.index('--out_dir') + 1] == str(tmp_path / 'estimate' / 'L32_lr3e-3' / 'mqar')
+  run_folder.write_json_atomically(run_folder.estimate_profile(tmp_path, 'mqar', 'L32_lr3e-3'), {
+      'device': {'device_kind': 'H100'},
+      'points': [{'model': 'transformer', 'status': 'ok', 'steps_per_s': 4.0}]})
+  rows = estimate_lib.estimate_hours(groups, tmp_path, None)
+  assert [row[:6] for row in rows] == [
+      ('L16_lr1e-3', 'mqar', 'transformer', 'cls', 20, None),
+      ('L32_lr3e-3', 'mqar', 'transformer', 'cls', 20, 20 / 4.0 / 3600)]
+  assert '2 full-size steps (1 tasks x 1 models x 2 cells)' in estimate_lib.timing_plan(
+      spec, 'gpu', None)
+
+
+def test_an_mqar_cells_job_plans_its_programs_against_the_device(tmp_path, monkeypatch, capsys):
+  """A job on a device with a memory size (a GPU) compiles its step for the memory estimate:
+  MQAR's batch has query positions and a target per query."""
+  spec = campaign.load_spec(write_mqar_spec(tmp_path / 'spec.py'))
+  job = driver_lib.Campaign(spec, tmp_path, None, 1.0).make_job('L32_lr3e-3/mqar/transformer/cls')
+  job.device_memory_gib = 1.0
+  calls = []
+  monkeypatch.setattr(jobs_lib, 'train_programs',
+                      lambda todo, per_program: calls.append(per_program) or [])
+  assert job() == ['mqar/transformer/cls/seed0', 'mqar/transformer/cls/seed1']
+  assert calls == [2] and '2 seeds, ' in capsys.readouterr().out
+
+
+BAD_CELL = {'name': 'L64', 'overrides': ['max_length=64']}
+
+
+@pytest.mark.parametrize('fields, expected', [
+    ({'cells': [BAD_CELL, BAD_CELL]}, "cell 'L64' is named twice; give each cell its own name."),
+    ({'cells': [{'name': '', 'overrides': []}]}, "cell '': name each cell with letters"),
+    ({'cells': [{'name': 'L64/D64', 'overrides': []}]}, "cell 'L64/D64': name each cell with"),
+    ({'cells': [{'name': 'report', 'overrides': []}]}, "cell 'report': name each cell with"),
+    ({'cells': ['L64:max_length=64']}, "cell 'L64:max_length=64': write each cell as {'name'"),
+    ({'cells': [{'name': 'L64', 'overrides': ['max_length']}]},
+     "cell 'L64': override 'max_length': expected KEY=VALUE"),
+    ({'cells': [{'name': 'L64', 'overrides': ['seed=1']}]},
+     "cell 'L64': override 'seed=1': expected KEY=VALUE with a key other than seed and "
+     'model.head (the spec sets those: seeds, heads).'),
+    ({'cells': [{'name': 'L64', 'overrides': ['model.head=mean']}]},
+     "cell 'L64': override 'model.head=mean': expected KEY=VALUE with a key other than seed"),
+    ({'cells': [{'name': 'L64', 'overrides': ['max_lenght=64']}]},
+     "cell 'L64': override 'max_lenght=64': config.max_lenght is no config field. Did you mean "
+     'config.max_length'),
+    ({'cells': [{'name': 'L64', 'overrides': ['max_length=abc']}]},
+     "cell 'L64': override 'max_length=abc': flag --config.max_length=abc: invalid literal"),
+    ({'tasks': ['listops'], 'cells': [BAD_CELL]}, "cells with task 'listops': report keys its "
+     'runs by task, model, head and seed, so two cells would collide'),
+])
+def test_bad_cell_is_one_line(tmp_path, env, capsys, fields, expected):
+  spec = write_mqar_spec(tmp_path / 'spec.py', **fields)
+  assert command.main([str(spec), '--dir', str(tmp_path / 'c')]) == 1
+  err = capsys.readouterr().err.strip()
+  assert err.startswith(f'error: {spec}: ') and expected in err
+  assert len(err.splitlines()) == 1 and not (tmp_path / 'c').exists()
+
+
+def test_a_campaign_json_written_before_cells_still_resumes(tmp_path, env, capsys):
+  spec_path = write_spec(tmp_path / 'spec.py', profile__enabled=False)
+  saved = json.loads(campaign.load_spec(spec_path).to_json())
+  del saved['cells']
+  campaign_dir = tmp_path / 'c'
+  run_folder.write_json_atomically(run_folder.campaign_file(campaign_dir),
+                                   {'spec': saved, 'facts': {}})
+  assert command.main([str(spec_path), '--dir', str(campaign_dir), '--status']) == 0
+  rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines()[1:]]
+  assert rows == [['listops/luna16/cls/seed0', 'not'], ['listops/luna16/cls/seed1', 'not']]
+
+
+def mqar_grid_module(name: str) -> dict:
+  return runpy.run_path(str(REPO / 'campaigns' / name))
+
+
+@pytest.mark.parametrize('name, models, variant', [
+    ('mqar.py', spt.causal_models(), ''),
+    ('mqar_bidirectional.py', list(registry.MODELS), 'bidirectional')])
+def test_the_mqar_grids_plan_a_group_per_model_and_cell(tmp_path, name, models, variant):
+  spec = spec_lib.load_spec(REPO / 'campaigns' / name)
+  assert sorted(spec.models) == sorted(models) and spec.variant == variant
+  assert len(spec.cells) == 64 and spec.seeds == [0, 1, 2]
+  spec.seeds = [0]  # the groups are the same; each seed is one more config to build
+  groups = plan_lib.plan(spec, tmp_path)
+  assert len(groups) == len(models) * 64
+  assert f'{len(groups):,} groups' in mqar_grid_module(name)['__doc__']
+  # Zoology's Figure 2 cells: L and N together, the width, the rate; the batch per L, 64 epochs.
+  for cell, expected in [('L512_N64_D512_lr1.0e-02', (512, 64, 512, 0.01, 128, 50000)),
+                         ('L64_N4_D128_lr1.0e-04', (64, 4, 128, 1e-4, 512, 12500))]:
+    [run] = groups[(cell, 'mqar', 'transformer', 'cls')]
+    c = run.config
+    assert (c.max_length, c.mqar.num_kv_pairs, c.model.dim, c.learning_rate, c.batch_size,
+            c.num_train_steps) == pytest.approx(expected)
+    assert c.model.causal == (variant != 'bidirectional')
+    assert run.workdir == tmp_path / cell / 'mqar' / 'transformer' / 'cls' / 'seed0'
+
+
+# ----------------------------------------------------------------------------------------------
 # The local launcher end to end; SIGKILL a job, then the driver; a job that fails twice.
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope='module')
@@ -928,3 +1109,30 @@ def test_every_ready_spec_loads_and_names_configs_that_build(path):
                                                            spec.variant))
       config_lib.validate(config)
       assert config.task == task and config.model_name == model.partition('+')[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Cells end to end: each cell's job trains in its folder, the report reads every cell, and the
+# estimate profiles each cell's config.
+# ----------------------------------------------------------------------------------------------
+def test_a_campaign_with_cells_trains_each_cell_and_reports_them(tmp_path, env, stop):
+  spec = write_mqar_spec(tmp_path / 'spec.py', seeds=[0])
+  campaign_dir = stop(tmp_path / 'c')
+  output = finish(driver(spec, campaign_dir, env=env))
+  assert sorted(results(campaign_dir)) == ['L16_lr1e-3/mqar/transformer/cls/seed0',
+                                           'L32_lr3e-3/mqar/transformer/cls/seed0']
+  assert 'L32_lr3e-3/mqar/transformer/cls: done' in output
+  # A row per cell: its L, N and learning rate, one seed each.
+  rows = (run_folder.report_dir(campaign_dir) / 'mqar.csv').read_text().splitlines()
+  assert rows[0].split(',')[2:7] == ['L', 'N', 'D', 'P', 'lr']
+  assert [row.split(',')[2:7] for row in rows[1:]] == [['16', '2', '16', '', '0.001'],
+                                                        ['32', '4', '16', '', '0.003']]
+  # The estimate: each cell's config profiled at its own length (FLOPs: no timing).
+  estimate = finish(driver(spec, campaign_dir, '--estimate', '--device_memory_gib', '1',
+                           '--assume_tflops', '100', env=env))
+  hours = [line.split() for line in estimate.splitlines() if ' seed-steps ' in line]
+  assert [row[:2] for row in hours] == [['L16_lr1e-3', 'mqar'], ['L32_lr3e-3', 'mqar']]
+  assert all(row[7] == 'h' for row in hours), estimate
+  profiles = [json.loads(run_folder.estimate_profile(campaign_dir, 'mqar', cell['name'])
+                         .read_text())['points'][0] for cell in CELLS]
+  assert [point['length'] for point in profiles] == [16, 32]

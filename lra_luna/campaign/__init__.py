@@ -10,7 +10,8 @@
 
 A spec (campaigns/*.py, `get_config()` returning `base_spec()` filled in) lists tasks, models,
 heads, seeds, the protocol and overrides; `--override KEY=VALUE` adds overrides for every run
-(recorded in campaign.json with the spec). Each (task, model, head) group is one submitit job that
+(recorded in campaign.json with the spec). Its cells (named override groups) each run the grid
+once more, in DIR/<cell>/. Each (task, model, head) group is one submitit job that
 trains its unfinished seeds vmapped, as `sweep --mode vmap` does, as many seeds per program as fit
 the device: XLA's compiled memory estimate of one seed's step against the device's memory (its
 `bytes_limit`, or --device_memory_gib); a program that still runs out of device memory is retried
@@ -35,9 +36,10 @@ that fails again is reported with its log and its last error line (exit status 1
 campaign whose report is current says "Nothing to do" and lists its report's files.
 
 DIR holds (lra_luna/training/run_folder.py): campaign.json (the spec and the facts report's
-captions state), <task>/<model>/<head>/seed<k>/ (the runs, as sweep lays them out), jobs.json
-(each group's latest job), jobs/ (submitit's pickles and logs <job id>_0_log.{out,err}), estimate/
-(--estimate's profiles and memory.json) and report/ (table1, table3, table2, figure1, profile.json).
+captions state), [<cell>/]<task>/<model>/<head>/seed<k>/ (the runs, as sweep lays them out),
+jobs.json (each group's latest job), jobs/ (submitit's pickles and logs <job id>_0_log.{out,err}),
+estimate/ (--estimate's profiles and memory.json) and report/ (table1, table3, table2, figure1,
+profile.json).
 
 Modules: spec (the spec and its checks), plan (groups, seeds per program, facts), memory (compiled
 memory estimates), estimate (--estimate), jobs (what a job runs), launch (launchers), driver (the

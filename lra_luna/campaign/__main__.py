@@ -96,7 +96,8 @@ def run_estimate(campaign, args) -> int:
     return 0
   print(estimate_lib.timing_plan(campaign.spec, memory.platform(), args.assume_tflops),
         flush=True)
-  failures = campaign.run_jobs([driver_lib.ESTIMATE_JOB + t for t in campaign.spec.tasks])
+  failures = campaign.run_jobs([driver_lib.ESTIMATE_JOB + name
+                                for name in estimate_lib.profile_names(campaign.groups)])
   if failures:
     return print_failures(failures)
   estimate_lib.print_hours(estimate_lib.estimate_hours(campaign.groups, campaign.dir,

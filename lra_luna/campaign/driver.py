@@ -46,20 +46,26 @@ class Campaign:
     if name == PROFILE_JOB:
       return profile_finished(self.spec, self.dir)
     if name.startswith(ESTIMATE_JOB):
-      return estimate_lib.estimate_finished(self.spec, self.dir, name[len(ESTIMATE_JOB):])
+      return estimate_lib.estimate_finished(self.spec, self.dir, self.estimated_group(name))
     return all(sweep.finished(run) for run in self.groups[plan_lib.group_key(name)])
 
   def make_job(self, name: str):
     if name == PROFILE_JOB:
       return jobs_lib.ProfileJob(jobs_lib.profile_argv(self.spec, self.dir))
     if name.startswith(ESTIMATE_JOB):
-      task = name[len(ESTIMATE_JOB):]
-      config = next(runs[0].config for key, runs in self.groups.items() if key[0] == task)
-      return jobs_lib.ProfileJob(estimate_lib.estimate_argv(self.spec, self.dir, task, config,
-                                                            self.assume_tflops))
-    runs = self.groups[plan_lib.group_key(name)]
+      key = self.estimated_group(name)
+      return jobs_lib.ProfileJob(estimate_lib.estimate_argv(
+          self.spec, self.dir, key, self.groups[key][0].config, self.assume_tflops))
+    key = plan_lib.group_key(name)
+    runs, cell = self.groups[key], plan_lib.key_parts(key)[0]
     return jobs_lib.GroupJob(runs[0].spec, runs[0].head, [run.seed for run in runs],
-                             list(self.spec.overrides), str(self.dir), self.device_memory_gib)
+                             plan_lib.run_overrides(self.spec, cell),
+                             str(run_folder.cell_dir(self.dir, cell)), self.device_memory_gib)
+
+  def estimated_group(self, name: str) -> tuple:
+    """The first group key of an estimate job's config (estimate.profile_name)."""
+    return next(key for key in self.groups
+                if ESTIMATE_JOB + estimate_lib.profile_name(key) == name)
 
   def job_state(self, name: str) -> str:
     """'done', 'queued', 'running', 'failed' (its last job ended unfinished) or 'not started'."""
@@ -155,9 +161,10 @@ class Campaign:
 
   def status_lines(self) -> list[str]:
     """Each run's state, its latest logged step and its best validation accuracy so far."""
-    lines = [f'{"run":44} {"state":12} {"step":>12} {"best val acc":>12}  job']
+    width = 44 + max((len(cell) + 1 for cell in plan_lib.cells(self.spec) if cell), default=0)
+    lines = [f'{"run":{width}} {"state":12} {"step":>12} {"best val acc":>12}  job']
     for key, runs in self.groups.items():
-      name = plan_lib.group_name(key)
+      name, cell = plan_lib.group_name(key), plan_lib.key_parts(key)[0]
       state = self.job_state(name)
       job = self.jobs.get(name, {}).get('job_id', '-')
       for run in runs:
@@ -166,8 +173,9 @@ class Campaign:
         accuracies = [row['val_accuracy'] for row in rows if 'val_accuracy' in row]
         best = f'{max(accuracies):.4f}' if accuracies else '-'
         run_state = 'done' if sweep.finished(run) else state
-        lines.append(f'{run.name:44} {run_state:12} {f"{step}/{run.config.num_train_steps}":>12} '
+        label = f'{cell}/{run.name}' if cell else run.name
+        lines.append(f'{label:{width}} {run_state:12} {f"{step}/{run.config.num_train_steps}":>12} '
                      f'{best:>12}  {job}')
     if self.spec.profile.enabled:
-      lines.append(f'{"profile (Table 2)":44} {self.job_state(PROFILE_JOB):12}')
+      lines.append(f'{"profile (Table 2)":{width}} {self.job_state(PROFILE_JOB):12}')
     return lines

@@ -59,10 +59,8 @@ def vmapped_step_bytes(config, num_seeds: int = 1, quick: bool = True) -> int | 
   else:
     graphdef, state, _ = steps.init_state(model, config.seed, tx)
   stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct((num_seeds, *x.shape), x.dtype), state)
-  shape = (num_seeds, config.batch_size, config.max_length)
-  batch = {name: jax.ShapeDtypeStruct(shape, jnp.int32)
-           for name in (('inputs1', 'inputs2') if model.dual_encoder else ('inputs',))}
-  batch['targets'] = jax.ShapeDtypeStruct(shape[:2], jnp.int32)
+  batch = {name: jax.ShapeDtypeStruct((num_seeds, *shape), jnp.int32)
+           for name, shape in steps.batch_shapes(config, model).items()}
   keys = jax.ShapeDtypeStruct((num_seeds,), jax.random.key(0).dtype)
   step = jax.jit(jax.vmap(functools.partial(
       steps.train_step, graphdef=graphdef, tx=tx,

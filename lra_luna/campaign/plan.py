@@ -16,21 +16,25 @@ MEMORY_HEADROOM = 0.9
 
 
 def plan(spec, campaign_dir) -> dict:
-  """{(task, model, head): [sweep.Run per seed]}, every config built and validated up front. Only
-  the heads the spec names run (mean_p for the models with a P only)."""
+  """{group key: [sweep.Run per seed]}, every config built and validated up front; a group key is
+  (task, model, head), or (cell, task, model, head) with cells: its folder's parts (group_name).
+  Only the heads the spec names run (mean_p for the models with a P only)."""
   groups = {}
-  for task in spec.tasks:
-    for model in spec.models:
-      heads = [h for h in spec.heads if h in registry.get(registry.base_name(model)).heads]
-      if spec.heads and not heads:
-        continue  # (no heads at all: each config's own head)
-      try:
-        runs = sweep.plan([spec_lib.config_spec(task, model, spec.protocol, spec.variant)],
-                          list(spec.seeds), heads, list(spec.overrides), campaign_dir)
-      except ValueError as e:
-        raise spec_lib.CampaignError(str(e)) from None
-      for run in runs:
-        groups.setdefault((task, model, run.head), []).append(run)
+  for cell in cells(spec):
+    for task in spec.tasks:
+      for model in spec.models:
+        heads = [h for h in spec.heads if h in registry.get(registry.base_name(model)).heads]
+        if spec.heads and not heads:
+          continue  # (no heads at all: each config's own head)
+        try:
+          runs = sweep.plan([spec_lib.config_spec(task, model, spec.protocol, spec.variant)],
+                            list(spec.seeds), heads, run_overrides(spec, cell),
+                            run_folder.cell_dir(campaign_dir, cell))
+        except ValueError as e:
+          raise spec_lib.CampaignError(f'cell {cell!r}: {e}' if cell else str(e)) from None
+        for run in runs:
+          key = (task, model, run.head)
+          groups.setdefault((cell, *key) if cell else key, []).append(run)
   unpooled = [h for h in spec.heads
               if all(h not in registry.get(registry.base_name(m)).heads for m in spec.models)]
   if unpooled:  # A spec must not plan less than it names in silence.
@@ -38,6 +42,22 @@ def plan(spec, campaign_dir) -> dict:
         f'heads {unpooled[0]!r}: none of the models {list(spec.models)} can pool it (mean_p '
         'needs a Luna model); drop it from heads or add a Luna model.')
   return groups
+
+
+def run_overrides(spec, cell: str) -> list[str]:
+  """The overrides of a cell's runs: the spec's, then the cell's own."""
+  return [*spec.overrides, *cells(spec)[cell]]
+
+
+def cells(spec) -> dict:
+  """{cell name: its own overrides}; a spec without cells is one cell, '' (its runs straight
+  under the campaign folder)."""
+  return {cell['name']: list(cell['overrides']) for cell in spec.cells} or {'': []}
+
+
+def key_parts(key) -> tuple:
+  """(cell, task, model, head) of a group key; the cell '' in a spec without cells."""
+  return tuple(key) if len(key) == 4 else ('', *key)
 
 
 def skipped_heads(spec) -> list[str]:
@@ -54,7 +74,7 @@ def skipped_heads(spec) -> list[str]:
 
 
 def group_name(key) -> str:
-  """'task/model/head': a group's job name, and its folder under the campaign's."""
+  """'[cell/]task/model/head': a group's job name, and its folder under the campaign's."""
   return '/'.join(key)
 
 
@@ -110,7 +130,8 @@ def shortened_facts(groups: dict) -> list[str]:
   """How the campaign's runs fall short of their protocol's full runs
   (config_lib.shortened_reasons): a reason every task shares once, the others with their task."""
   by_task = {}
-  for (task, _, _), runs in groups.items():
+  for key, runs in groups.items():
+    task = key_parts(key)[1]
     reasons = by_task.setdefault(task, [])
     for reason in config_lib.shortened_reasons(runs[0].config):
       if reason not in reasons:
@@ -124,8 +145,8 @@ def facts(spec, groups: dict) -> dict:
   """What report's captions state: the protocol, each task's steps against its full run's, the
   heads run, the overrides, and how the campaign falls short (shortened runs, fewer seeds)."""
   steps = {}
-  for (task, _, _), runs in groups.items():
-    config = runs[0].config
+  for key, runs in groups.items():
+    task, config = key_parts(key)[1], runs[0].config
     steps.setdefault(task, set()).add((config.num_train_steps,
                                        config_lib.full_run_steps(config)))
   short = shortened_facts(groups)
@@ -133,7 +154,8 @@ def facts(spec, groups: dict) -> dict:
     short.append(f'{len(spec.seeds)} of {spec_lib.PROTOCOL_SEEDS} seeds')
   return {'name': spec.name, 'protocol': spec.protocol,
           'steps': {task: sorted(pairs, key=str) for task, pairs in steps.items()},
-          'heads': sorted({head for _, _, head in groups}), 'overrides': list(spec.overrides),
+          'heads': sorted({key_parts(key)[3] for key in groups}),
+          'overrides': list(spec.overrides),
           'cut_short': short}
 
 

@@ -23,6 +23,10 @@ import lra_luna
 VARIANTS = ('', 'quick', 'mid', 'mid,long', 'spt', 'quick,spt', 'mid,spt', 'mid,long,spt',
             'bidirectional', 'quick,bidirectional')  # MQAR's bidirectional setting (mqar.py)
 PROTOCOL_SEEDS = 5  # seeds per row in the papers' tables
+# The tasks a spec with cells may name: report keys an LRA task's runs by task, model, head and
+# seed, so two cells' runs would collide there; MQAR's rows read each run's config.
+CELL_TASKS = ('mqar',)
+CELL_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]*')  # a folder name on any file system
 # Ready specs: campaigns/ of the checkout (a wheel ships none).
 SPEC_DIR = lra_luna.CHECKOUT / 'campaigns' if lra_luna.CHECKOUT else None
 
@@ -48,6 +52,9 @@ def base_spec() -> ml_collections.ConfigDict:
   #                                   'bidirectional' / 'quick,bidirectional' MQAR's
   #                                   bidirectional setting (causal without it)
   c.overrides = []                  # 'key=value' config fields for every run, as sweep --override
+  c.cells = []                      # named override groups, each the grid once more in
+  #                                   DIR/<name>/ with overrides, then its own: [{'name': 'L64',
+  #                                   'overrides': ['max_length=64', ...]}, ...]; [] = the grid once
   p = c.profile = ml_collections.ConfigDict()  # Table 2: lra_luna/profile.py's flags
   p.enabled = True                  # run the profiler once every group has finished
   p.config = 'configs/text.py'      # task config (and ':arg') of the profiled model
@@ -103,6 +110,7 @@ def load_spec(path) -> ml_collections.ConfigDict:
                           f'{list(choices)}.')
   if not (spec.tasks and spec.models and spec.seeds):
     raise CampaignError(f'{path}: tasks, models and seeds must each name at least one.')
+  check_cells(path, spec)
   return spec
 
 
@@ -123,21 +131,67 @@ def config_spec(task: str, model: str, protocol: str, variant: str = '') -> str:
   return f'{config_lib.CONFIG_DIR / task}.py:{",".join(words)}'
 
 
+def check_override(spec, item: str) -> None:
+  """ValueError saying what is wrong with `item` unless it is KEY=VALUE, its key not one the spec
+  sets (seed, model.head), that every task's config accepts (its key and the type of its value)."""
+  key = item.split('=', 1)[0]
+  if '=' not in item or key in ('seed', 'model.head'):
+    raise ValueError('expected KEY=VALUE with a key other than seed and model.head (the spec '
+                     'sets those: seeds, heads).')
+  for task in spec.tasks:
+    config_lib.load_config(config_spec(task, spec.models[0], spec.protocol, spec.variant),
+                           [f'--config.{item}'])
+
+
 def add_overrides(spec, overrides: list[str]) -> None:
   """Appends `--override KEY=VALUE` items to spec.overrides (so campaign.json and the report show
   them), each built into every task's config first: one line naming the item if it fails."""
   for item in overrides:
-    key = item.split('=', 1)[0]
-    if '=' not in item or key in ('seed', 'model.head'):
-      raise CampaignError(f'--override {item!r}: expected KEY=VALUE with a key other than seed '
-                          'and model.head (the spec sets those: seeds, heads).')
-    for task in spec.tasks:  # Its key and the type of its value, in every task's config.
-      try:
-        config_lib.load_config(config_spec(task, spec.models[0], spec.protocol, spec.variant),
-                               [f'--config.{item}'])
-      except ValueError as e:
-        raise CampaignError(f'--override {item!r}: {e}') from None
+    try:
+      check_override(spec, item)
+    except ValueError as e:
+      raise CampaignError(f'--override {item!r}: {e}') from None
   spec.overrides = [*spec.overrides, *overrides]
+
+
+def check_cells(path, spec) -> None:
+  """One line naming the spec file and the first bad cell: not a {'name', 'overrides'} dict, a
+  name that is empty, repeated or no folder name of its own (CELL_NAME, none the campaign folder
+  holds besides), a task other than CELL_TASKS, or an override that check_override refuses."""
+  other = [task for task in spec.tasks if task not in CELL_TASKS]
+  if spec.cells and other:
+    raise CampaignError(f'{path}: cells with task {other[0]!r}: report keys its runs by task, '
+                        'model, head and seed, so two cells would collide; cells take '
+                        f'{list(CELL_TASKS)} only (run a campaign per cell instead).')
+  names, checked = [], set()
+  for cell in spec.cells:
+    if not (isinstance(cell, dict) and set(cell) == {'name', 'overrides'}
+            and isinstance(cell['overrides'], (list, tuple))
+            and all(isinstance(item, str) for item in cell['overrides'])):
+      raise CampaignError(f"{path}: cell {cell!r}: write each cell as {{'name': ..., "
+                          "'overrides': ['key=value', ...]}.")
+    name = cell['name']
+    folder_name = isinstance(name, str) and CELL_NAME.fullmatch(name)
+    if not folder_name or name in run_folder.CAMPAIGN_NAMES:
+      raise CampaignError(f'{path}: cell {name!r}: name each cell with letters, digits, ".", "_" '
+                          f'and "-" (its folder), none of {list(run_folder.CAMPAIGN_NAMES)}.')
+    if name in names:
+      raise CampaignError(f'{path}: cell {name!r} is named twice; give each cell its own name.')
+    names.append(name)
+    for item in cell['overrides']:
+      if item in checked:  # the same item in another cell: built once
+        continue
+      try:
+        check_override(spec, item)
+      except ValueError as e:
+        raise CampaignError(f'{path}: cell {name!r}: override {item!r}: {e}') from None
+      checked.add(item)
+
+
+def saved_spec(saved: dict) -> dict:
+  """campaign.json's spec with the fields added since it was written at their base_spec defaults
+  (a spec without cells is the grid once, as before cells existed)."""
+  return config_lib.with_defaults(base_spec().to_dict(), saved)
 
 
 def check_spec_matches(campaign_dir: pathlib.Path, spec, force: bool) -> None:
@@ -145,7 +199,7 @@ def check_spec_matches(campaign_dir: pathlib.Path, spec, force: bool) -> None:
   path = run_folder.campaign_file(campaign_dir)
   if not path.exists() or force:
     return
-  saved = config_lib.flatten(json.loads(path.read_text())['spec'])
+  saved = config_lib.flatten(saved_spec(json.loads(path.read_text())['spec']))
   wanted = config_lib.flatten(json.loads(spec.to_json()))
   differing = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
   if differing:

@@ -106,11 +106,11 @@ def build_step(config):
   tx = steps.make_optimizer(config)
   graphdef, state, num_params = steps.init_state(model, config.seed, tx, objective)
   rng = np.random.default_rng(config.seed)
-  input_names = ('inputs1', 'inputs2') if model.dual_encoder else ('inputs',)
-  # Ids from 1: no padding, so every model works on the full length.
-  batch = {name: rng.integers(1, vocab_size, (config.batch_size, config.max_length), np.int32)
-           for name in input_names}
-  batch['targets'] = rng.integers(0, num_classes, (config.batch_size,), np.int32)
+  # Ids from 1: no padding, so every model works on the full length; MQAR's query positions
+  # anywhere in it.
+  ranges = {'targets': (0, num_classes), 'query_positions': (0, config.max_length)}
+  batch = {name: rng.integers(*ranges.get(name, (1, vocab_size)), shape, np.int32)
+           for name, shape in steps.batch_shapes(config, model).items()}
   step = jax.jit(functools.partial(steps.train_step, graphdef=graphdef, tx=tx,
                                    objective=objective), donate_argnums=0)
   return (step, jax.device_put(state), jax.device_put(batch), jax.random.key(config.seed),

@@ -96,12 +96,14 @@ def start_workdir(config, workdir: pathlib.Path, overwrite: bool) -> None:
 # Sweep and campaign folders: one run folder per (task, model, head, seed), and what the tools
 # write beside them. Every path of them is built (and parsed) here.
 #   <sweep>/<task>/<model>/<head>/seed<k>/   a run folder (sweep, campaign)
+#   <campaign>/<cell>/<task>/.../seed<k>/    a run folder of a campaign cell (spec.cells)
 #   <sweep>/<task>/.../seed<k>/sweep.log     the sweep's output of that run
 #   <sweep>/report/                          report's tables and figure (campaign: Table 2 too)
 #   <campaign>/campaign.json                 the spec and the facts report's captions state
 #   <campaign>/jobs.json                     each job's latest submission
 #   <campaign>/jobs/                         submitit's pickles and logs
 #   <campaign>/estimate/<task>/profile.json  --estimate's profile of a task's config
+#   <campaign>/estimate/<cell>/<task>/...    the same, of a cell's
 #   <campaign>/estimate/memory.json          --estimate's compiled memory per seed of each group
 # ----------------------------------------------------------------------------------------------
 SWEEP_LOG_FILE = 'sweep.log'
@@ -112,6 +114,8 @@ JOBS_DIR = 'jobs'
 ESTIMATE_DIR = 'estimate'
 MEMORY_FILE = 'memory.json'
 SEED_PREFIX = 'seed'
+# What a campaign folder holds besides its runs: no cell may be named so.
+CAMPAIGN_NAMES = (CAMPAIGN_FILE, JOBS_FILE, JOBS_DIR, ESTIMATE_DIR, REPORT_DIR)
 
 
 def group_dir(sweep_dir, task: str, model: str, head: str) -> pathlib.Path:
@@ -173,13 +177,20 @@ def jobs_dir(campaign_dir) -> pathlib.Path:
   return pathlib.Path(campaign_dir) / JOBS_DIR
 
 
-def estimate_dir(campaign_dir, task: str) -> pathlib.Path:
-  """<campaign>/estimate/<task>: the --estimate profile of a task's config (profile --out_dir)."""
-  return pathlib.Path(campaign_dir) / ESTIMATE_DIR / task
+def cell_dir(campaign_dir, cell: str) -> pathlib.Path:
+  """<campaign>/<cell>: the sweep folder of a campaign cell's runs; the campaign's own for ''
+  (a spec without cells)."""
+  return pathlib.Path(campaign_dir) / cell
 
 
-def estimate_profile(campaign_dir, task: str) -> pathlib.Path:
-  return estimate_dir(campaign_dir, task) / PROFILE_FILE
+def estimate_dir(campaign_dir, task: str, cell: str = '') -> pathlib.Path:
+  """<campaign>/estimate/[<cell>/]<task>: the --estimate profile of a task's config (profile
+  --out_dir), with a cell's overrides where it names one."""
+  return pathlib.Path(campaign_dir) / ESTIMATE_DIR / cell / task
+
+
+def estimate_profile(campaign_dir, task: str, cell: str = '') -> pathlib.Path:
+  return estimate_dir(campaign_dir, task, cell) / PROFILE_FILE
 
 
 def memory_file(campaign_dir) -> pathlib.Path:

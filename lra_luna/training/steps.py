@@ -295,6 +295,20 @@ def init_state(model_cfg: ModelConfig, seed: int, tx, objective=None):
   return graphdef, state, models.count_params(model)
 
 
+def batch_shapes(config, model_cfg: ModelConfig) -> dict:
+  """{name: shape} of one training batch as the data gives it (for a step compiled or timed
+  without data): the inputs (two documents for a dual encoder) and a target per example, or, for
+  a recall model (MQAR), the query positions and a target per query."""
+  rows = config.batch_size
+  inputs = ('inputs1', 'inputs2') if model_cfg.dual_encoder else ('inputs',)
+  shapes = {name: (rows, config.max_length) for name in inputs}
+  if model_cfg.predict == 'queries':
+    shapes['query_positions'] = shapes['targets'] = (rows, config.mqar.num_kv_pairs)
+  else:
+    shapes['targets'] = (rows,)
+  return shapes
+
+
 def eval_step(params, constants, batch, *, graphdef, objective=None):
   model = nnx.merge(graphdef, params, constants)
   return loss_sums(model, batch, batch['weights'], objective, None, deterministic=True)
