@@ -17,7 +17,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from lra_luna.training import checkpoints, metrics, run_folder, steps, train
+from lra_luna.training import checkpoints, environment, metrics, run_folder, steps, train
 from lra_luna.training import results as results_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -82,6 +82,26 @@ def test_same_seed_same_result(data_dir, tmp_path):
   c = train.train_and_evaluate(tiny_config(data_dir, num_train_steps=10, seed=1), tmp_path / 'c')
   assert a['last'] == b['last']
   assert a['last'] != c['last']
+
+
+def test_the_recorded_commit_is_the_one_at_the_start_of_the_run(data_dir, tmp_path, monkeypatch):
+  """A checkout that moves on while a run trains: results.json names the code the run loaded."""
+  checkout = {'commit': 'at start'}
+  monkeypatch.setattr(environment, 'git_commit', lambda folder: (checkout['commit'], False))
+  environment.environment_record.cache_clear()
+  final_results = results_lib.final_results
+
+  def moved_on_then_final_results(*args, **kwargs):
+    checkout['commit'] = 'after training'
+    return final_results(*args, **kwargs)
+
+  monkeypatch.setattr(results_lib, 'final_results', moved_on_then_final_results)
+  try:
+    results = train.train_and_evaluate(tiny_config(data_dir, num_train_steps=4), tmp_path / 'a')
+  finally:
+    environment.environment_record.cache_clear()
+  assert checkout['commit'] == 'after training'
+  assert results['environment']['commit'] == 'at start'
 
 
 def test_best_and_last_sections(data_dir, tmp_path):

@@ -24,6 +24,7 @@ from lra_luna import datasets
 from lra_luna import spt
 from lra_luna.datasets import input_pipeline
 from lra_luna.training import checkpoints as checkpoints_lib
+from lra_luna.training import environment
 from lra_luna.training import fine_tuning
 from lra_luna.training import metrics as metrics_lib
 from lra_luna.training import pretraining
@@ -65,6 +66,7 @@ def train_seeds(config: ml_collections.ConfigDict, seeds, workdirs, *,
   a finished run (results.json of config's steps) is not trained or evaluated again.
   """
   runs = seed_runs(config, seeds, workdirs, overwrite)
+  environment.environment_record()  # cached now: the commit of the code this run loaded
   with StopSignals() as stop:
     try:
       done = None if overwrite else results_lib.finished_results(runs)
