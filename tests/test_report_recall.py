@@ -343,3 +343,17 @@ def test_hand_copied_rows_are_marked_and_two_sizes_of_a_seed_need_size(tmp_path,
           in capsys.readouterr().err)
   assert report.main([str(sizes), '--size', 'full', '--out_dir', str(tmp_path / 'full')]) == 0
   assert markdown_rows(tmp_path / 'full' / 'mqar.md')[0]['Test acc. (%)'] == '90.00'
+
+
+def test_the_documented_mqar_table_and_figure_are_what_the_record_gives(tmp_path):
+  """docs/mqar.md's table is report's, line for line, on docs/mqar_results.csv (the command the
+  page gives), and the figure it shows is that report's mqar_models.png."""
+  docs = pathlib.Path(__file__).resolve().parent.parent / 'docs'
+  paths = report.make_report(docs / 'mqar_results.csv', 'last', out_dir=tmp_path)
+  text = (docs / 'mqar.md').read_text()
+  lines = [line for line in (tmp_path / 'mqar.md').read_text().splitlines()
+           if line.startswith('|')]
+  assert len(lines) > 10 and [line for line in lines if line not in text] == []
+  assert 'python -m lra_luna.report docs/mqar_results.csv' in text
+  assert recall.MODELS_FIGURE in {path.name for path in paths}
+  assert f']({recall.MODELS_FIGURE})' in text and (docs / recall.MODELS_FIGURE).is_file()
