@@ -744,10 +744,12 @@ def test_the_mqar_grids_plan_a_group_per_model_and_cell(tmp_path, name, models, 
   spec = spec_lib.load_spec(REPO / 'campaigns' / name)
   assert sorted(spec.models) == sorted(models) and spec.variant == variant
   assert len(spec.cells) == 64 and spec.seeds == [0, 1, 2]
-  spec.seeds = [0]  # the groups are the same; each seed is one more config to build
+  assert f'{len(models) * 64:,} groups' in mqar_grid_module(name)['__doc__']
+  # Two models' groups (each model's config in both settings: tests/test_causal_forms.py); each
+  # seed and model is one more config to build.
+  spec.seeds, spec.models = [0], ['transformer', 'luna16']
   groups = plan_lib.plan(spec, tmp_path)
-  assert len(groups) == len(models) * 64
-  assert f'{len(groups):,} groups' in mqar_grid_module(name)['__doc__']
+  assert len(groups) == 2 * 64
   # Zoology's Figure 2 cells: L and N together, the width, the rate; the batch per L, 64 epochs.
   for cell, expected in [('L512_N64_D512_lr1.0e-02', (512, 64, 512, 0.01, 128, 50000)),
                          ('L64_N4_D128_lr1.0e-04', (64, 4, 128, 1e-4, 512, 12500))]:

@@ -52,28 +52,28 @@ def test_a_part_without_budget_is_skipped_in_one_line(tmp_path):
 
 def test_the_cpu_dry_run_runs_every_part_and_a_rerun_skips_them(tmp_path):
   out = tmp_path / 'out'
-  # Two models a part (each part is a process that compiles): the loop over the lists is the
-  # script's; every model's profile and run are the profiler's and the trainer's tests.
+  # Two models in Table 2 and one in ListOps (each part is a process that compiles): the loop over
+  # the lists is the script's; every model's profile and run are the profiler's and the trainer's
+  # tests.
   result = run(out, '--cpu-dry-run', '--table2-models', 'transformer,mega_chunk',
-               '--listops-models', 'luna16,transformer', timeout=900)
+               '--listops-models', 'luna16', timeout=900)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   models = ['transformer', 'mega_chunk']
   parts = [f'a_{d}_{m}' for d in ('bfloat16', 'float32') for m in models]
-  parts += ['b_luna16_seed0', 'b_transformer_seed0']
+  parts += ['b_luna16_seed0']
   for part in parts:
     assert (out / 'status' / f'{part}.txt').read_text().startswith('done in '), part
   for dtype in ('bfloat16', 'float32'):  # one table a dtype, every model a row
     table = (out / 'table2' / dtype / 'table2.md').read_text()
     assert table.count('| Transformer |') >= 1 and table.count('| Mega-chunk |') >= 1
-  for model in ('luna16', 'transformer'):
-    assert (out / 'listops' / model / 'seed0' / 'results.json').is_file()
+  assert (out / 'listops' / 'luna16' / 'seed0' / 'results.json').is_file()
   summary = (out / 'summary.md').read_text()
   assert 'commit ' in summary and 'devices ' in summary
-  assert summary.count('steps/s over 6 steps logged, test accuracy') == 2
+  assert summary.count('steps/s over 6 steps logged, test accuracy') == 1
   env = (out / 'env.txt').read_text()
   assert 'MISSING' not in env and 'NO GPU' not in env
   again = run(out, '--cpu-dry-run', '--table2-models', 'transformer,mega_chunk',
-               '--listops-models', 'luna16,transformer', timeout=300)  # resumable: nothing finished runs twice
+               '--listops-models', 'luna16', timeout=300)  # resumable: nothing finished runs twice
   assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
   assert again.stdout.count(': done in an earlier run') == len(parts)
   assert '== ' not in again.stdout
