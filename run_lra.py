@@ -27,6 +27,11 @@ if __name__ == '__main__':
   for _signal in (signal.SIGINT, signal.SIGTERM):
     signal.signal(_signal, stopped_while_loading)
 
+from lra_luna.training import host_memory  # noqa: E402  (no numpy, no JAX)
+
+if __name__ == '__main__':
+  host_memory.one_heap_for_every_thread()  # Before numpy and JAX start their threads.
+
 import json  # noqa: E402  (after the handlers: loading JAX takes seconds)
 import pathlib  # noqa: E402
 

@@ -19,27 +19,32 @@ Modes:
 Failed seeds are listed at the end with their logs, and the exit status is then 1.
 """
 
-import dataclasses
-import json
-import pathlib
-import shlex
-import signal
-import subprocess
-import sys
-import time
-import traceback
+from lra_luna.training import host_memory
 
-from absl import logging
+if __name__ == '__main__':
+  host_memory.one_heap_for_every_thread()  # Before numpy and JAX start their threads.
 
-from lra_luna import cli
-from lra_luna import console
-from lra_luna import learning_curves
-from lra_luna import config_lib
-from lra_luna.models import model_config
-from lra_luna.training import run_folder
-from lra_luna.training import signals
-from lra_luna.training import train
-import lra_luna
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import pathlib  # noqa: E402
+import shlex  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+
+from absl import logging  # noqa: E402
+
+from lra_luna import cli  # noqa: E402
+from lra_luna import console  # noqa: E402
+from lra_luna import learning_curves  # noqa: E402
+from lra_luna import config_lib  # noqa: E402
+from lra_luna.models import model_config  # noqa: E402
+from lra_luna.training import run_folder  # noqa: E402
+from lra_luna.training import signals  # noqa: E402
+from lra_luna.training import train  # noqa: E402
+import lra_luna  # noqa: E402
 
 # run_lra: the checkout's run_lra.py, else the module `pip install .` installs beside lra_luna.
 RUN_LRA = ([str(lra_luna.CHECKOUT / 'run_lra.py')] if lra_luna.CHECKOUT

@@ -15,6 +15,7 @@ from lra_luna.campaign import launch
 from lra_luna.campaign import memory
 from lra_luna.campaign import plan as plan_lib
 from lra_luna.campaign import spec as spec_lib
+from lra_luna.training import host_memory
 from lra_luna.training import run_folder
 import lra_luna
 
@@ -153,6 +154,7 @@ def start(args, campaign_dir: pathlib.Path) -> int:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
+  host_memory.one_heap_for_every_thread()  # For the jobs it starts (their environment).
   if lra_luna.CHECKOUT:  # Jobs unpickle lra_luna: make a checkout's importable where they start.
     os.environ['PYTHONPATH'] = os.pathsep.join(
         filter(None, [str(lra_luna.CHECKOUT), os.environ.get('PYTHONPATH')]))
