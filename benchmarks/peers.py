@@ -29,8 +29,10 @@ the same run, the CPU seconds per step (all threads of the worker; a steadier fi
 time when other work shares the CPU), peak RSS, and the ratios ours / peer of steps/s, of steps
 per CPU second and of RSS. The Transformers run at --transformer_batch_sizes only (batch 8 at 4K
 forms 2 GB attention matrices per layer: more than this machine holds).
-The PyTorch workers keep freed blocks in the heap as our steps do (--peer_allocator ours; glibc's
-defaults with `default`), and OpenMP's wait policy is the caller's (see Worker).
+Every worker runs with glibc's allocator set as run_lra.py sets it (one heap for every thread,
+freed blocks kept in it: --peer_allocator ours; glibc's defaults for the PyTorch workers and
+the thresholds alone for ours with `default`), and OpenMP's wait policy is the caller's (see
+Worker).
 Writes peers.json (with page faults per step) and peers.md to --out_dir and prints the table.
 
 Before / after a change, in one interleaved run: `git worktree add /tmp/before <commit>`, then
@@ -507,6 +509,9 @@ def main() -> None:
     worker(args)
     return
   sides = chosen_sides(args)
+  if args.peer_allocator == 'ours':
+    from lra_luna.training import host_memory  # pylint: disable=g-import-not-at-top
+    host_memory.one_heap_for_every_thread()  # In every worker's environment, as run_lra.py.
   with tempfile.TemporaryDirectory() as fairseq_dir:
     if 'authors_luna16' in sides:
       problem = fairseq_apollo_problem(pathlib.Path(args.fairseq_apollo))
