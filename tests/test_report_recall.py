@@ -345,6 +345,62 @@ def test_hand_copied_rows_are_marked_and_two_sizes_of_a_seed_need_size(tmp_path,
   assert markdown_rows(tmp_path / 'full' / 'mqar.md')[0]['Test acc. (%)'] == '90.00'
 
 
+def test_comparisons_are_welch_and_one_sample_intervals_at_each_sides_best_rate(tmp_path):
+  """mqar_comparisons: each model's best rate against the Transformer's, against chance, causal
+  against bidirectional and the best rate against the other, with intervals as scipy's tests
+  give them; one seed gets no interval, and a model without a Transformer at its setting no row
+  against it."""
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  groups = {
+      'transformer causal L=64 N=4 D=64 lr=0.003': [99.0, 99.5, 98.8],
+      'luna16 causal L=64 N=4 D=64 P=16 lr=0.003': [24.0, 25.0, 24.5],
+      'luna16 causal L=64 N=4 D=64 P=16 lr=0.001': [30.0, 31.0, 29.0],
+      'luna16 bidirectional L=64 N=4 D=64 P=16 lr=0.003': [20.0, 21.0, 19.5],
+      's4d causal L=64 N=4 D=64 lr=0.003': [50.0]}
+  rec = write_record(tmp_path / 'record.csv', [
+      mqar_row(group, seed, accuracy) for group, accuracies in groups.items()
+      for seed, accuracy in enumerate(accuracies)])
+  assert report.main([str(rec), '--out_dir', str(tmp_path / 'out')]) == 0
+  rows = {(r['comparison'], r['first'], r['second']): r
+          for r in csv.DictReader((tmp_path / 'out' / 'mqar_comparisons.csv').open())}
+
+  def welch(first, second):
+    interval = stats.ttest_ind(groups[first], groups[second],
+                               equal_var=False).confidence_interval()
+    return statistics.fmean(groups[first]) - statistics.fmean(groups[second]), interval
+
+  def check(key, difference, low, high, verdict):
+    row = rows.pop(key)
+    assert float(row['difference']) == pytest.approx(difference, abs=1e-4)
+    assert float(row['low']) == pytest.approx(low, abs=1e-4)
+    assert float(row['high']) == pytest.approx(high, abs=1e-4)
+    assert row['verdict'] == verdict
+
+  transformer = 'transformer causal L=64 N=4 D=64 lr=0.003'
+  luna_best, luna_other = (f'luna16 causal L=64 N=4 D=64 P=16 lr={lr}' for lr in ('0.001', '0.003'))
+  luna_bidirectional = 'luna16 bidirectional L=64 N=4 D=64 P=16 lr=0.003'
+  difference, interval = welch(luna_best, transformer)
+  check(('model − Transformer', luna_best, transformer), difference, *interval, 'lower')
+  difference, interval = welch(luna_best, luna_bidirectional)
+  check(('causal − bidirectional', luna_best, luna_bidirectional), difference, *interval,
+        'higher')
+  difference, interval = welch(luna_best, luna_other)
+  check(('best lr − other lr', luna_best, luna_other), difference, *interval, 'higher')
+  for group, verdict in ((transformer, 'higher'), (luna_best, 'higher'),
+                         (luna_bidirectional, 'lower')):
+    low, high = stats.ttest_1samp(groups[group], 25.0).confidence_interval()
+    check(('model − chance', group, 'chance'), statistics.fmean(groups[group]) - 25.0,
+          low - 25.0, high - 25.0, verdict)
+  one_seed = rows.pop(('model − Transformer', 's4d causal L=64 N=4 D=64 lr=0.003', transformer))
+  assert (one_seed['difference'], one_seed['low'], one_seed['verdict']) == ('-49.1000', '',
+                                                                          'needs 2+ seeds')
+  assert rows.pop(('model − chance', 's4d causal L=64 N=4 D=64 lr=0.003', 'chance'))[
+      'verdict'] == 'needs 2+ seeds'
+  assert rows == {}  # the bidirectional Luna has no bidirectional Transformer to face
+  shown = markdown_rows(tmp_path / 'out' / 'mqar_comparisons.md')
+  assert shown[0]['first'] == 'luna16 P=16 (causal) lr 0.001: 30.00 ± 1.00, n = 3'
+
+
 def test_the_documented_mqar_table_and_figure_are_what_the_record_gives(tmp_path):
   """docs/mqar.md's table is report's, line for line, on docs/mqar_results.csv (the command the
   page gives), and the figure it shows is that report's mqar_models.png."""

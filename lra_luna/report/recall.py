@@ -19,6 +19,9 @@ record give the same outputs:
   horizontal bar per model ('(causal)' for a causal one, a Luna model's P where it is not the
   one its name says), its mean at the best learning rate, ± seed std, the seeds as dots, chance
   dashed.
+- mqar_comparisons.{md,tex,csv} (report/recall_comparisons.py): each model against the
+  Transformer, causal against bidirectional, the best learning rate against the others; each
+  difference with its 95% Welch interval and verdict.
 Panels without such a line (or bars) are left out; each label has one colour in every panel.
 A run's L, N, D, P and learning rate are those of its config.json (max_length,
 mqar.num_kv_pairs, model.dim, model.pack_length of an attention 'luna', learning_rate); its
@@ -32,6 +35,7 @@ import textwrap
 from lra_luna import registry
 from lra_luna import tables
 from lra_luna.report import orderings
+from lra_luna.report import recall_comparisons
 from lra_luna.report import recall_setting
 from lra_luna.report import record
 from lra_luna.report import runs
@@ -342,8 +346,8 @@ def save_bars(panels: dict, path, suptitle: str) -> pathlib.Path:
 
 def write_report(run_rows: list[dict], checkpoint: str, out_dir, where, caption: str = '',
                  notes=()) -> list:
-  """mqar.{md,tex,csv} and, where their data allow, mqar_widths.png, mqar_capacity.png and
-  mqar_models.png of MQAR record rows (record_rows of results, or a record's); `where` they
+  """mqar.{md,tex,csv}, mqar_comparisons.{md,tex,csv} and, where their data allow,
+  mqar_widths.png, mqar_capacity.png and mqar_models.png of MQAR record rows (record_rows of results, or a record's); `where` they
   come from (errors name it), `notes` on their data and training; the paths written."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use('Agg')  # Files only, no display.
@@ -351,6 +355,7 @@ def write_report(run_rows: list[dict], checkpoint: str, out_dir, where, caption:
   rows = rows_of(run_rows, checkpoint, where)
   paths = tables.write(table(rows, checkpoint, caption, notes), out_dir)
   best = best_rows(rows)
+  paths += tables.write(recall_comparisons.table(rows, best, caption), out_dir)
   basis = f'{runs.CHECKPOINTS[checkpoint]}, best learning rate per point, ± std over seeds'
   panels, chances = width_panels(best)
   if panels:  # a panel of 2 widths or more
