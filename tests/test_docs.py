@@ -53,3 +53,20 @@ def test_no_document_speaks_of_how_the_suite_is_developed(path):
   found = development_talk(path.read_text(errors='replace'), markdown=path.suffix == '.md')
   assert not found, '; '.join(f'{path.relative_to(REPO)}:{number}: "{phrase}"'
                               for number, phrase in found)
+
+
+# A Markdown link or image to a file of the repository: [text](path) or ![alt](path), without a
+# scheme (http:, mailto:) or an in-page anchor alone.
+LOCAL_LINK = re.compile(r'\]\((?![a-z][a-z0-9+.-]*:|#)([^)\s#]+)(?:#[^)]*)?\)')
+
+
+def test_the_link_pattern_finds_local_files_only():
+  text = '[a](docs/x.md) ![b](fig.png) [c](https://x.org/y.md) [d](#top) [e](y.md#part)'
+  assert LOCAL_LINK.findall(text) == ['docs/x.md', 'fig.png', 'y.md']
+
+
+@pytest.mark.parametrize('path', DOCS, ids=lambda p: p.name)
+def test_every_local_link_of_a_document_names_a_file_that_exists(path):
+  missing = [target for target in LOCAL_LINK.findall(path.read_text())
+             if not (path.parent / target).exists()]
+  assert not missing, f'{path.relative_to(REPO)} links to missing files: {missing}'

@@ -27,6 +27,9 @@ TINY = ['max_length=16', 'mqar.num_kv_pairs=2', 'mqar.vocab_size=64', 'mqar.num_
         'eval_every=4', 'checkpoint_every=4', 'log_every=2', 'model.dim=16', 'model.ffn_dim=32',
         'model.classifier_dim=32', 'model.num_layers=1', 'model.pack_length=4', 'batch_size=8',
         'eval_batch_size=16', 'progress_bar=False']
+# The table files every MQAR report writes: the models' and their comparisons'.
+TABLE_FILES = {f'{name}.{fmt}' for name in ('mqar', 'mqar_comparisons')
+               for fmt in ('md', 'tex', 'csv')}
 
 
 @pytest.fixture(scope='module')
@@ -89,8 +92,7 @@ def short_commit(result: dict) -> str:
 def test_a_real_sweeps_row_is_the_mean_and_std_of_its_seeds(real_sweep, tmp_path, capsys):
   assert report.main([str(real_sweep), '--out_dir', str(tmp_path / 'out')]) == 0
   assert 'MQAR' in capsys.readouterr().out
-  assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == ['mqar.csv', 'mqar.md',
-                                                                  'mqar.tex']
+  assert {p.name for p in (tmp_path / 'out').iterdir()} == TABLE_FILES
   results = [json.loads((w / run_folder.RESULTS_FILE).read_text()) for w in seed_runs(real_sweep)]
   # As the record keeps them (two decimals), so that a folder and its record give one table.
   accuracies = [round(100 * r['last']['test_accuracy'], 2) for r in results]
@@ -113,8 +115,7 @@ def test_table_and_best_learning_rate_over_several_sweep_folders(real_sweep, tmp
             ('transformer', 16, 1e-3, 2, 4): (0.99, 1.0)}
   root = grid(real_sweep, tmp_path / 'parent', points)
   paths = report.make_report(root, out_dir=tmp_path / 'out')
-  assert {p.name for p in paths} == {'mqar.md', 'mqar.tex', 'mqar.csv', recall.WIDTHS_FIGURE,
-                                     recall.MODELS_FIGURE}
+  assert {p.name for p in paths} == TABLE_FILES | {recall.WIDTHS_FIGURE, recall.MODELS_FIGURE}
   rows = markdown_rows(tmp_path / 'out' / 'mqar.md')
   # Sorted by model (registry order: the Transformer first), then L, N, D, lr.
   assert [(r['Model'], r['D'], r['lr']) for r in rows] == [
@@ -142,16 +143,16 @@ def test_the_capacity_figure_needs_two_pair_counts_and_the_widths_figure_two_wid
     real_sweep, tmp_path):
   one_n = grid(real_sweep, tmp_path / 'one', {('luna16', 16, 3e-3, 2, 4): (0.5, 0.6),
                                               ('luna16', 16, 3e-3, 2, 8): (0.7, 0.8)})
-  assert {p.name for p in report.make_report(one_n, out_dir=tmp_path / 'one_out')} == {
-      'mqar.md', 'mqar.tex', 'mqar.csv', recall.MODELS_FIGURE}  # P = 4 and 8: two bars
+  assert {p.name for p in report.make_report(one_n, out_dir=tmp_path / 'one_out')} == (
+      TABLE_FILES | {recall.MODELS_FIGURE})  # P = 4 and 8: two bars
   points = {('luna16', 16, 3e-3, 2, 4): (0.9, 1.0), ('luna16', 16, 3e-3, 4, 4): (0.5, 0.6),
             ('luna16', 16, 3e-3, 2, 8): (1.0, 1.0), ('luna16', 16, 3e-3, 4, 8): (0.8, 0.9),
             ('transformer', 16, 3e-3, 2, 4): (1.0, 1.0),
             ('transformer', 16, 3e-3, 4, 4): (1.0, 0.98)}
   root = grid(real_sweep, tmp_path / 'capacity', points)
   paths = report.make_report(root, out_dir=tmp_path / 'out')
-  assert {p.name for p in paths} == {'mqar.md', 'mqar.tex', 'mqar.csv', recall.CAPACITY_FIGURE,
-                                     recall.MODELS_FIGURE}
+  assert {p.name for p in paths} == TABLE_FILES | {recall.CAPACITY_FIGURE,
+                                                   recall.MODELS_FIGURE}
   assert (tmp_path / 'out' / recall.CAPACITY_FIGURE).stat().st_size > 0
   panels, chances = recall.capacity_panels(recall.best_rows(setting_rows(root)))
   lines = panels['L = 16, D = 16']
@@ -265,9 +266,9 @@ def test_an_mqar_runs_record_row_gives_the_table_and_figures_of_its_folder(
       ('transformer bidirectional L=16 N=2 D=16 lr=0.003', '1')]
   # The record alone: the same files, table rows and CSV; its notes name the record.
   assert report.main([str(rec), '--out_dir', str(tmp_path / 'record')]) == 0
-  names = sorted(p.name for p in (tmp_path / 'folder').iterdir())
-  assert names == sorted(p.name for p in (tmp_path / 'record').iterdir()) == [
-      'mqar.csv', 'mqar.md', 'mqar.tex', recall.MODELS_FIGURE]
+  names = {p.name for p in (tmp_path / 'folder').iterdir()}
+  assert names == {p.name for p in (tmp_path / 'record').iterdir()} == (
+      TABLE_FILES | {recall.MODELS_FIGURE})
   from_folder = markdown_rows(tmp_path / 'folder' / 'mqar.md')
   assert markdown_rows(tmp_path / 'record' / 'mqar.md') == from_folder
   assert [row['Model'] for row in from_folder] == ['transformer', 'luna16']
@@ -403,7 +404,8 @@ def test_comparisons_are_welch_and_one_sample_intervals_at_each_sides_best_rate(
 
 def test_the_documented_mqar_table_and_figure_are_what_the_record_gives(tmp_path):
   """docs/mqar.md's table is report's, line for line, on docs/mqar_results.csv (the command the
-  page gives), and the figure it shows is that report's mqar_models.png."""
+  page gives), the figure it shows is that report's mqar_models.png, and docs/mqar_evidence.md's
+  comparisons are that report's mqar_comparisons.md, line for line."""
   docs = pathlib.Path(__file__).resolve().parent.parent / 'docs'
   paths = report.make_report(docs / 'mqar_results.csv', 'last', out_dir=tmp_path)
   text = (docs / 'mqar.md').read_text()
@@ -413,3 +415,7 @@ def test_the_documented_mqar_table_and_figure_are_what_the_record_gives(tmp_path
   assert 'python -m lra_luna.report docs/mqar_results.csv' in text
   assert recall.MODELS_FIGURE in {path.name for path in paths}
   assert f']({recall.MODELS_FIGURE})' in text and (docs / recall.MODELS_FIGURE).is_file()
+  evidence = (docs / 'mqar_evidence.md').read_text()
+  comparisons = [line for line in (tmp_path / 'mqar_comparisons.md').read_text().splitlines()
+                 if line.startswith('|')]
+  assert len(comparisons) > 10 and [line for line in comparisons if line not in evidence] == []
