@@ -487,6 +487,38 @@ print(faults[-1], child)
   assert out['one_heap'][0] < out['plain'][0] / 10, out
 
 
+@pytest.mark.parametrize('entry_point', ['run_lra.py', 'lra_luna.sweep'])
+def test_an_entry_point_sets_one_heap_before_numpy_or_jax_load(entry_point):
+  """run_lra.py and `python -m lra_luna.sweep` call one_heap_for_every_thread before numpy or JAX
+  is imported (after, OpenBLAS's and XLA's threads already have heaps of their own), and their
+  environment then says MALLOC_ARENA_MAX=1 for the processes they start."""
+  code = f'''
+import os, runpy, sys
+from lra_luna.training import host_memory
+loaded = []
+real = host_memory.one_heap_for_every_thread
+def recorded():
+  loaded.append(sorted(m for m in ('numpy', 'jax') if m in sys.modules))
+  return real()
+host_memory.one_heap_for_every_thread = recorded
+sys.argv = ['{entry_point}', '--help']
+try:
+  if '{entry_point}'.endswith('.py'):
+    runpy.run_path('{entry_point}', run_name='__main__')
+  else:
+    runpy.run_module('{entry_point}', run_name='__main__', alter_sys=True)
+except SystemExit:
+  pass
+print('LOADED', loaded, os.environ.get('MALLOC_ARENA_MAX'))
+'''
+  env = {k: v for k, v in run_env().items() if k != 'MALLOC_ARENA_MAX'}
+  proc = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                        cwd=REPO, timeout=120)
+  line = [line for line in proc.stdout.splitlines() if line.startswith('LOADED')]
+  expected = '1' if sys.platform.startswith('linux') else 'None'
+  assert line == [f'LOADED [[]] {expected}'], proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
 def test_top_level_flag_mistakes_get_one_line(data_dir, tmp_path):
   misspelt = [a if a != '--workdir' else '--work_dir' for a in cli_args(data_dir, tmp_path)]
   without_workdir = cli_args(data_dir, tmp_path)
