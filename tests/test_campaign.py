@@ -1126,9 +1126,9 @@ def test_a_campaign_with_cells_trains_each_cell_and_reports_them(tmp_path, env, 
   assert 'L32_lr3e-3/mqar/transformer/cls: done' in output
   # A row per cell: its L, N and learning rate, one seed each.
   rows = (run_folder.report_dir(campaign_dir) / 'mqar.csv').read_text().splitlines()
-  assert rows[0].split(',')[2:7] == ['L', 'N', 'D', 'P', 'lr']
-  assert [row.split(',')[2:7] for row in rows[1:]] == [['16', '2', '16', '', '0.001'],
-                                                        ['32', '4', '16', '', '0.003']]
+  assert rows[0].split(',')[2:8] == ['L', 'N', 'V', 'D', 'P', 'lr']
+  assert [row.split(',')[2:8] for row in rows[1:]] == [['16', '2', '64', '16', '', '0.001'],
+                                                        ['32', '4', '64', '16', '', '0.003']]
   # The estimate: each cell's config profiled at its own length (FLOPs: no timing).
   estimate = finish(driver(spec, campaign_dir, '--estimate', '--device_memory_gib', '1',
                            '--assume_tflops', '100', env=env))

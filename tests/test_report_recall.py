@@ -97,7 +97,7 @@ def test_a_real_sweeps_row_is_the_mean_and_std_of_its_seeds(real_sweep, tmp_path
   # As the record keeps them (two decimals), so that a folder and its record give one table.
   accuracies = [round(100 * r['last']['test_accuracy'], 2) for r in results]
   [row] = markdown_rows(tmp_path / 'out' / 'mqar.md')
-  assert row == {'Model': 'luna16', 'L': '16', 'N': '2', 'D': '16', 'P': '4', 'lr': '0.003',
+  assert row == {'Model': 'luna16', 'L': '16', 'N': '2', 'V': '64', 'D': '16', 'P': '4', 'lr': '0.003',
                  'Test acc. (%)': f'{statistics.mean(accuracies):.2f} ± '
                                   f'{statistics.stdev(accuracies):.2f}',
                  'n': '2', 'Chance (%)': f"{100 * results[0]['test_chance_rate']:.2f}",
@@ -134,7 +134,7 @@ def test_table_and_best_learning_rate_over_several_sweep_folders(real_sweep, tmp
                   ('luna16', '32', '0.001')}
   # The widths figure plots each width's best learning rate.
   panels, _ = recall.width_panels(recall.best_rows(setting_rows(root)))
-  lines = panels['L = 16, N = 2']
+  lines = panels['L = 16, N = 2, V = 64']
   assert {d: round(c.mean, 6) for d, c in lines['luna16'].items()} == {16: 85.0, 32: 96.0}
   assert lines['transformer'][16].mean == pytest.approx(99.5)
 
@@ -155,10 +155,10 @@ def test_the_capacity_figure_needs_two_pair_counts_and_the_widths_figure_two_wid
                                                    recall.MODELS_FIGURE}
   assert (tmp_path / 'out' / recall.CAPACITY_FIGURE).stat().st_size > 0
   panels, chances = recall.capacity_panels(recall.best_rows(setting_rows(root)))
-  lines = panels['L = 16, D = 16']
+  lines = panels['L = 16, V = 64, D = 16']
   assert sorted(lines) == ['Luna P=4', 'Luna P=8', 'Transformer']
   assert {n: round(c.mean, 6) for n, c in lines['Luna P=4'].items()} == {2: 95.0, 4: 55.0}
-  assert chances['L = 16, D = 16'] == {2: 50.0, 4: 25.0}
+  assert chances['L = 16, V = 64, D = 16'] == {2: 50.0, 4: 25.0}
 
 
 def test_the_same_setting_and_seed_twice_is_an_error(real_sweep, tmp_path):
@@ -217,6 +217,10 @@ def mqar_row(group: str, seed: int, last: float, commit='abc1234', size='quick')
      'transformer causal L=256 N=16 D=128 lr=1e-05'),
     (recall.Setting('s5', False, 64, 4, 64, None, 0.1 + 0.2),
      's5 bidirectional L=64 N=4 D=64 lr=0.30000000000000004'),
+    (recall.Setting('luna16', False, 16, 2, 64, 4, 1e-3, vocab=64),
+     'luna16 bidirectional L=16 N=2 V=64 D=64 P=4 lr=0.001'),
+    (recall.Setting('transformer', True, 64, 4, 64, None, 3e-3, vocab=8192),
+     'transformer causal L=64 N=4 D=64 lr=0.003'),  # Zoology's V goes unsaid
 ])
 def test_a_settings_group_text_reads_back_exactly(setting, text):
   assert setting.group() == text
@@ -229,6 +233,8 @@ def test_a_settings_group_text_reads_back_exactly(setting, text):
     'luna16 causal L=64 N=0 D=64 P=8 lr=0.003',          # no pairs
     'luna16 causal L=64 N=4 D=64 P=8',                   # no learning rate
     'luna16 causal L=64 N=4 D=64 P=8 lr=0.003 extra',
+    'luna16 causal L=64 N=4 D=64 V=64 P=8 lr=0.003',     # V after D
+    'luna16 causal L=64 N=4 V=0 D=64 P=8 lr=0.003',      # no vocabulary
     'luna16'])
 def test_a_malformed_group_is_refused_naming_the_text_and_in_a_record_its_line(
     text, tmp_path, capsys):
@@ -254,7 +260,7 @@ def test_an_mqar_runs_record_row_gives_the_table_and_figures_of_its_folder(
   results = [json.loads((w / run_folder.RESULTS_FILE).read_text()) for w in seed_runs(real_sweep)]
   rows = list(csv.DictReader(rec.open()))
   assert rows[0] == {
-      'size': 'quick', 'task': 'mqar', 'group': 'luna16 bidirectional L=16 N=2 D=16 P=4 lr=0.003',
+      'size': 'quick', 'task': 'mqar', 'group': 'luna16 bidirectional L=16 N=2 V=64 D=16 P=4 lr=0.003',
       'seed': '0', 'steps': '4', 'best': f"{100 * results[0]['best']['test_accuracy']:.2f}",
       'last': f"{100 * results[0]['last']['test_accuracy']:.2f}",
       'commit': results[0]['environment']['commit'] + ('+dirty' if results[0]['environment'][
@@ -262,8 +268,8 @@ def test_an_mqar_runs_record_row_gives_the_table_and_figures_of_its_folder(
       'machine': results[0]['environment']['cpu'],
       'config': ' '.join(['mqar.py:luna16,quick,bidirectional', *results[0]['run']['overrides']])}
   assert [(r['group'], r['seed']) for r in rows[2:]] == [
-      ('transformer bidirectional L=16 N=2 D=16 lr=0.003', '0'),
-      ('transformer bidirectional L=16 N=2 D=16 lr=0.003', '1')]
+      ('transformer bidirectional L=16 N=2 V=64 D=16 lr=0.003', '0'),
+      ('transformer bidirectional L=16 N=2 V=64 D=16 lr=0.003', '1')]
   # The record alone: the same files, table rows and CSV; its notes name the record.
   assert report.main([str(rec), '--out_dir', str(tmp_path / 'record')]) == 0
   names = {p.name for p in (tmp_path / 'folder').iterdir()}
@@ -357,7 +363,10 @@ def test_comparisons_are_welch_and_one_sample_intervals_at_each_sides_best_rate(
       'luna16 causal L=64 N=4 D=64 P=16 lr=0.003': [24.0, 25.0, 24.5],
       'luna16 causal L=64 N=4 D=64 P=16 lr=0.001': [30.0, 31.0, 29.0],
       'luna16 bidirectional L=64 N=4 D=64 P=16 lr=0.003': [20.0, 21.0, 19.5],
-      's4d causal L=64 N=4 D=64 lr=0.003': [50.0]}
+      's4d causal L=64 N=4 D=64 lr=0.003': [50.0],
+      # Another vocabulary is another task: compared with its own Transformer only.
+      'transformer causal L=64 N=4 V=64 D=64 lr=0.003': [50.0, 60.0, 55.0],
+      'luna16 causal L=64 N=4 V=64 D=64 P=16 lr=0.003': [40.0, 41.0, 42.0]}
   rec = write_record(tmp_path / 'record.csv', [
       mqar_row(group, seed, accuracy) for group, accuracies in groups.items()
       for seed, accuracy in enumerate(accuracies)])
@@ -392,6 +401,14 @@ def test_comparisons_are_welch_and_one_sample_intervals_at_each_sides_best_rate(
     low, high = stats.ttest_1samp(groups[group], 25.0).confidence_interval()
     check(('model − chance', group, 'chance'), statistics.fmean(groups[group]) - 25.0,
           low - 25.0, high - 25.0, verdict)
+  small = ('luna16 causal L=64 N=4 V=64 D=64 P=16 lr=0.003',
+           'transformer causal L=64 N=4 V=64 D=64 lr=0.003')
+  difference, interval = welch(*small)
+  check(('model − Transformer', *small), difference, *interval, 'lower')
+  for group in small:
+    low, high = stats.ttest_1samp(groups[group], 25.0).confidence_interval()
+    check(('model − chance', group, 'chance'), statistics.fmean(groups[group]) - 25.0,
+          low - 25.0, high - 25.0, 'higher')
   one_seed = rows.pop(('model − Transformer', 's4d causal L=64 N=4 D=64 lr=0.003', transformer))
   assert (one_seed['difference'], one_seed['low'], one_seed['verdict']) == ('-49.1000', '',
                                                                           'needs 2+ seeds')
@@ -399,7 +416,9 @@ def test_comparisons_are_welch_and_one_sample_intervals_at_each_sides_best_rate(
       'verdict'] == 'needs 2+ seeds'
   assert rows == {}  # the bidirectional Luna has no bidirectional Transformer to face
   shown = markdown_rows(tmp_path / 'out' / 'mqar_comparisons.md')
-  assert shown[0]['first'] == 'luna16 P=16 (causal) lr 0.001: 30.00 ± 1.00, n = 3'
+  assert [(row['V'], row['first']) for row in shown[:2]] == [
+      ('64', 'luna16 P=16 (causal) lr 0.003: 41.00 ± 1.00, n = 3'),
+      ('8192', 'luna16 P=16 (causal) lr 0.001: 30.00 ± 1.00, n = 3')]
 
 
 def test_the_documented_mqar_table_and_figure_are_what_the_record_gives(tmp_path):

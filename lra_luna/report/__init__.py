@@ -26,14 +26,15 @@ lra_luna/tables.py:
 - probe_<task>.png, when the runs were probed (python -m lra_luna.probe, their probe.json):
   accuracy against the window of tokens the models see, a line per model.
 - mqar.{md,tex,csv}, mqar_widths.png, mqar_capacity.png and mqar_models.png, when the folder
-  holds MQAR runs (task 'mqar', report/recall.py): a row per (model, causal, L, N, D, Luna's P,
+  holds MQAR runs (task 'mqar', report/recall.py): a row per (model, causal, L, N, V, D, Luna's P,
   learning rate) with chance, steps and commits, Zoology's Figure 2 (accuracy against width,
   best learning rate per point), Luna's capacity (accuracy against pairs N, a line per P, the
   Transformer beside) and the models side by side at each (L, N, D) (a bar each, seeds as
   dots); mqar_comparisons.{md,tex,csv}: each model minus the Transformer, causal minus
   bidirectional, the best learning rate minus the others, each with its 95% Welch interval and
-  verdict (report/recall_comparisons.py). MQAR runs are in none of the LRA tables, groups or Figure 1; the same
-  task/model/head/seed in two settings (several sweep folders under one) are two runs.
+  verdict (report/recall_comparisons.py). MQAR runs are in none of the LRA tables, groups or
+  Figure 1; the same task/model/head/seed in two settings (several sweep folders under one) are
+  two runs.
 Accuracies are percent of the chosen checkpoint's test set; every table says which checkpoint.
 Each published number names its paper and table.
 

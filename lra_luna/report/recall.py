@@ -3,17 +3,18 @@ the report, from the MQAR runs (task 'mqar') under a folder, however many sweeps
 from their rows in a record (report/record.py: each row's group is its setting's text,
 Setting.group); both draw from the same rows, at the record's precision, so a folder and its
 record give the same outputs:
-- mqar.{md,tex,csv}: one row per setting (model, causal, length L, pairs N, width D, Luna's pack
-  length P, learning rate): test accuracy mean ± sample std over seeds (%), n seeds, chance
-  (1/N), steps and the commits that computed it ('not recorded' for a row copied into a record
-  by hand); '*' marks the best learning rate of its setting, the one the figures plot. Notes
-  name the data generator's settings and how the runs trained (from a record: its presets,
-  commits and machines).
+- mqar.{md,tex,csv}: one row per setting (model, causal, length L, pairs N, vocabulary V, width
+  D, Luna's pack length P, learning rate): test accuracy mean ± sample std over seeds (%), n
+  seeds, chance (1/N), steps and the commits that computed it ('not recorded' for a row copied
+  into a record by hand); '*' marks the best learning rate of its setting, the one the figures
+  plot. Notes name the data generator's settings and how the runs trained (from a record: its
+  presets, commits and machines).
 - mqar_widths.png (where a model ran at 2 widths or more): Zoology's Figure 2, one panel per
-  (L, N), accuracy against D (log2), a line per model ('(causal)' for a causal one, its P where
-  it ran with several), each point the best mean over learning rates (as Zoology reports).
+  (L, N, and V where it is not 8,192), accuracy against D (log2), a line per model ('(causal)'
+  for a causal one, its P where it ran with several), each point the best mean over learning
+  rates (as Zoology reports).
 - mqar_capacity.png (where Luna ran at 2 pair counts or more): Luna's capacity, one panel per
-  (L, D), accuracy against N (log2), a line per pack length P ('Luna P=8') and the Transformer's
+  (L, V, D), accuracy against N (log2), a line per pack length P ('Luna P=8') and the Transformer's
   beside them, at the best learning rate of each point.
 - mqar_models.png (where 2 models or more ran at one (L, N, D)): a panel per (L, N, D), a
   horizontal bar per model ('(causal)' for a causal one, a Luna model's P where it is not the
@@ -23,8 +24,9 @@ record give the same outputs:
   Transformer, causal against bidirectional, the best learning rate against the others; each
   difference with its 95% Welch interval and verdict.
 Panels without such a line (or bars) are left out; each label has one colour in every panel.
-A run's L, N, D, P and learning rate are those of its config.json (max_length,
-mqar.num_kv_pairs, model.dim, model.pack_length of an attention 'luna', learning_rate); its
+A run's L, N, V, D, P and learning rate are those of its config.json (max_length,
+mqar.num_kv_pairs, mqar.vocab_size, model.dim, model.pack_length of an attention 'luna',
+learning_rate); its
 causality results.json's 'causal'.
 """
 
@@ -163,25 +165,27 @@ def table(rows: list[Row], checkpoint: str, caption: str = '', notes=()) -> tabl
     steps = '/'.join(row.steps)
     pack = runs.MISSING if s.pack is None else str(s.pack)
     commits = orderings.commits(row.seeds)
-    lines.append([s.label(), str(s.length), str(s.pairs), str(s.dim), pack, f'{s.lr:g}{mark}',
+    lines.append([s.label(), str(s.length), str(s.pairs), str(s.vocab), str(s.dim), pack,
+                  f'{s.lr:g}{mark}',
                   accuracy, str(cell.n), f'{s.chance():.2f}', steps, commits])
-    csv_lines.append([s.model, str(s.causal).lower(), s.length, s.pairs, s.dim,
+    csv_lines.append([s.model, str(s.causal).lower(), s.length, s.pairs, s.vocab, s.dim,
                       '' if s.pack is None else s.pack, f'{s.lr:g}', id(row) in best,
                       f'{cell.mean:.4f}', '' if cell.std is None else f'{cell.std:.4f}', cell.n,
                       f'{s.chance():.4f}', steps, checkpoint, commits])
   title = (f"MQAR (Zoology's multi-query associative recall): test accuracy (%), "
            f'{runs.CHECKPOINTS[checkpoint]}; mean ± sample std over n seeds. L sequence length, '
-           "N key-value pairs, D model width, P Luna's pack length; chance: 1/N, guessing "
-           "among the sequence's N values. '*': the best learning rate of its setting (the "
-           "figures').")
+           "N key-value pairs, V vocabulary, D model width, P Luna's pack length; chance: 1/N, "
+           "guessing among the sequence's N values. '*': the best learning rate of its setting "
+           "(the figures').")
   notes = list(notes)
   if any(not r['commit'] for row in rows for r in row.seeds):  # e.g. a row copied in by hand
     notes.append(f'Commit {orderings.NOT_RECORDED}: {orderings.NO_COMMIT_REASON}.')
   return tables.Table(
       TABLE, title + (f' {caption}' if caption else ''),
-      ['Model', 'L', 'N', 'D', 'P', 'lr', 'Test acc. (%)', 'n', 'Chance (%)', 'Steps', 'Commit'],
-      lines, align='l' + 'r' * 9 + 'l', notes=notes,
-      csv_header=['model', 'causal', 'L', 'N', 'D', 'P', 'lr', 'best_lr', 'mean', 'std', 'n',
+      ['Model', 'L', 'N', 'V', 'D', 'P', 'lr', 'Test acc. (%)', 'n', 'Chance (%)', 'Steps',
+       'Commit'],
+      lines, align='l' + 'r' * 10 + 'l', notes=notes,
+      csv_header=['model', 'causal', 'L', 'N', 'V', 'D', 'P', 'lr', 'best_lr', 'mean', 'std', 'n',
                   'chance', 'steps', 'checkpoint', 'commit'], csv_rows=csv_lines)
 
 
@@ -262,7 +266,7 @@ def width_panels(best: dict) -> tuple[dict, dict]:
   placed, chances = [], {}
   for row in sorted(best.values(), key=lambda r: r.setting.order()):
     s = row.setting
-    title = f'L = {s.length}, N = {s.pairs}'
+    title = f'L = {s.length}, N = {s.pairs}{s.vocab_words(", V = {}")}'
     label = s.label(s.pack if len(packs[s.model]) > 1 else None)
     placed.append((title, ((s.order()[0], s.causal, s.pack or 0), label), s.dim, row.cell))
     chances.setdefault(title, {})[s.dim] = s.chance()
@@ -273,13 +277,13 @@ def capacity_panels(best: dict) -> tuple[dict, dict]:
   """({'L = 256, D = 128': {'Luna P=8': {N: Cell}, 'Transformer': ...}}, chances) of the best
   rows: a line per Luna pack length and the Transformer's at the same (L, D)."""
   luna = [r for r in best.values() if r.setting.pack is not None]
-  places = {(r.setting.length, r.setting.dim) for r in luna}
+  places = {(r.setting.length, r.setting.vocab, r.setting.dim) for r in luna}
   others = [r for r in best.values() if registry.base_name(r.setting.model) == TRANSFORMER
-            and (r.setting.length, r.setting.dim) in places]
+            and (r.setting.length, r.setting.vocab, r.setting.dim) in places]
   placed, chances = [], {}
   for row in luna + others:
     s = row.setting
-    title = f'L = {s.length}, D = {s.dim}'
+    title = f'L = {s.length}{s.vocab_words(", V = {}")}, D = {s.dim}'
     suffix = s.model[len(registry.base_name(s.model)):] + (' (causal)' if s.causal else '')
     label = (f'Luna P={s.pack}' if s.pack is not None else 'Transformer') + suffix
     placed.append((title, ((s.pack is None, s.causal, s.pack or 0, suffix), label), s.pairs,
@@ -303,9 +307,9 @@ def model_panels(best: dict) -> dict:
   panels = {}
   for row in sorted(best.values(), key=lambda r: r.setting.order()):
     s = row.setting
-    panels.setdefault((s.length, s.pairs, s.dim), []).append(row)
-  return {f'L = {length}, N = {pairs}, D = {dim}': rows
-          for (length, pairs, dim), rows in sorted(panels.items()) if len(rows) > 1}
+    panels.setdefault((s.length, s.pairs, s.vocab_words(', V = {}'), s.dim), []).append(row)
+  return {f'L = {length}, N = {pairs}{vocab}, D = {dim}': rows
+          for (length, pairs, vocab, dim), rows in sorted(panels.items()) if len(rows) > 1}
 
 
 def draw_bars(ax, rows: list[Row], colours: dict) -> None:
@@ -347,8 +351,9 @@ def save_bars(panels: dict, path, suptitle: str) -> pathlib.Path:
 def write_report(run_rows: list[dict], checkpoint: str, out_dir, where, caption: str = '',
                  notes=()) -> list:
   """mqar.{md,tex,csv}, mqar_comparisons.{md,tex,csv} and, where their data allow,
-  mqar_widths.png, mqar_capacity.png and mqar_models.png of MQAR record rows (record_rows of results, or a record's); `where` they
-  come from (errors name it), `notes` on their data and training; the paths written."""
+  mqar_widths.png, mqar_capacity.png and mqar_models.png of MQAR record rows (record_rows of
+  results, or a record's); `where` they come from (errors name it), `notes` on their data and
+  training; the paths written."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use('Agg')  # Files only, no display.
   out_dir = pathlib.Path(out_dir)

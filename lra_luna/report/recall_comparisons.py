@@ -77,7 +77,7 @@ def pairs_of(rows: list, best: dict) -> list[tuple[str, object, object]]:
 
 
 def table(rows: list, best: dict, caption: str = '') -> tables.Table:
-  """mqar_comparisons: a line per pair (pairs_of): L, N, D, the two groups, first − second
+  """mqar_comparisons: a line per pair (pairs_of): L, N, V, D, the two groups, first − second
   with its 95% Welch interval, the verdict."""
   lines, csv_lines = [], []
   for comparison, first, second in pairs_of(rows, best):
@@ -87,10 +87,11 @@ def table(rows: list, best: dict, caption: str = '') -> tables.Table:
     shown = f'{difference.mean:+.2f}' + (
         '' if interval is None else f' [{interval[0]:+.2f}, {interval[1]:+.2f}]')
     s = first.setting
-    lines.append([comparison, str(s.length), str(s.pairs), str(s.dim), described(first),
-                  described(second), shown, verdict(difference)])
-    csv_lines.append([comparison, s.length, s.pairs, s.dim, first.setting.group(),
-                      'chance' if second is None else second.setting.group(), f'{difference.mean:.4f}',
+    lines.append([comparison, str(s.length), str(s.pairs), str(s.vocab), str(s.dim),
+                  described(first), described(second), shown, verdict(difference)])
+    second_group = 'chance' if second is None else second.setting.group()
+    csv_lines.append([comparison, s.length, s.pairs, s.vocab, s.dim, first.setting.group(),
+                      second_group, f'{difference.mean:.4f}',
                       '' if interval is None else f'{interval[0]:.4f}',
                       '' if interval is None else f'{interval[1]:.4f}', verdict(difference)])
   title = ('MQAR comparisons: test accuracy (%) of the first group minus the second, with its '
@@ -101,7 +102,8 @@ def table(rows: list, best: dict, caption: str = '') -> tables.Table:
            "distinguishable where it holds 0."]
   return tables.Table(
       TABLE, title + (f' {caption}' if caption else ''),
-      ['comparison', 'L', 'N', 'D', 'first', 'second', 'first − second, 95% Welch', 'verdict'],
-      lines, align='lrrrllll', notes=notes,
-      csv_header=['comparison', 'L', 'N', 'D', 'first', 'second', 'difference', 'low', 'high',
+      ['comparison', 'L', 'N', 'V', 'D', 'first', 'second', 'first − second, 95% Welch',
+       'verdict'],
+      lines, align='lrrrrllll', notes=notes,
+      csv_header=['comparison', 'L', 'N', 'V', 'D', 'first', 'second', 'difference', 'low', 'high',
                   'verdict'], csv_rows=csv_lines)

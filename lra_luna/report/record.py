@@ -6,7 +6,7 @@ group and ordering tables outlive the run folders, which do not outlive their ma
 `report FILE` draws the group and ordering tables and the group figure from it. A row whose
 `commit` is empty was copied in by hand (its run folder was gone): the tables mark it.
 An MQAR run (task 'mqar') is a row too, its group the text of its setting (model, causal or
-bidirectional, L, N, D, Luna's P, learning rate: recall_setting.Setting.group), from which
+bidirectional, L, N, V, D, Luna's P, learning rate: recall_setting.Setting.group), from which
 `report FILE` draws the MQAR table and figures (report/recall.py).
 """
 
