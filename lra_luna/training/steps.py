@@ -414,7 +414,11 @@ def reuse_freed_host_memory() -> bool:
   holds at most 64 MiB, and larger blocks are mapped afresh whatever the thresholds. The price
   is that the loop's host work no longer overlaps the step: on the quick ListOps run, whose 52 MB
   fitted a thread's heap anyway, 21.9-27.1 steps/s against 24.6-28.2 (three runs each, idle
-  machine); Luna-16's Text step at 2K tokens, batch 8, runs 1.35x faster.
+  machine); Luna-16's Text step at 2K tokens, batch 8, runs 1.35x faster. Where the entry point
+  put every thread on one heap (host_memory.one_heap_for_every_thread), asynchronous dispatch
+  gains nothing back: steps/s every 100-250 steps, two runs each, idle 2-core Xeon, sync against
+  async: quick ListOps (Luna-16) 20.5-23.2 against 20.9-23.0, quick MQAR (Transformer, L = 256)
+  3.84-3.97 against 3.74-4.01; synchronous stays, as it also serves a process without one heap.
   Linux with glibc only (elsewhere the allocator is left as it is).
   """
   if host_memory.planned_platform(jax.config.jax_platforms) != 'cpu':
