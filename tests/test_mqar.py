@@ -200,11 +200,13 @@ def test_every_model_builds_and_predicts_in_both_settings(model):
 
 @pytest.mark.slow
 def test_the_transformer_learns_a_tiny_mqar_well_above_chance(tmp_path):
-  # 16 tokens, 2 pairs: chance is 50% (a guess between the two values), where a broken loss,
-  # gather or output projection stays; this seed reaches 76% in 800 steps (docs/mqar.md).
+  # 16 tokens, 2 pairs, causal (the default): chance is 50% (a guess between the two values),
+  # where a broken loss, gather or output projection stays; this seed reaches 99.3% in 400 steps
+  # (83.2% in 300).
   from lra_luna.training import train
-  config = tiny_config(num_train_steps=800, eval_every=800, checkpoint_every=800, batch_size=64)
+  config = tiny_config(causal=True, num_train_steps=400, eval_every=400, checkpoint_every=400,
+                       batch_size=64)
   config.mqar.update(num_train=20000, num_test=500)
   config.model.update(dim=64, num_heads=1, ffn_dim=128)
   results = train.train_and_evaluate(config, str(tmp_path / 'run'))
-  assert results['test_accuracy'] >= 0.7 > 0.5 == results['test_chance_rate']
+  assert results['test_accuracy'] >= 0.9 > 0.5 == results['test_chance_rate']
