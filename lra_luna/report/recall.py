@@ -218,12 +218,15 @@ def colours_of(labels) -> dict:
   return {label: cycle[i % len(cycle)] for i, label in enumerate(dict.fromkeys(labels))}
 
 
-def panel_grid(count: int, columns: int, width: float, height: float) -> tuple:
-  """(a Figure, its `count` axes): `columns` panels a line, each width × height inches."""
+def panel_grid(count: int, columns: int, width: float, heights) -> tuple:
+  """(a Figure, its `count` axes): `columns` panels a line, each `width` inches wide and as
+  tall as its line's entry in `heights` (inches; one number: every line)."""
   from matplotlib import figure as figure_lib  # pylint: disable=import-outside-toplevel
   lines = -(-count // columns)
-  figure = figure_lib.Figure(figsize=(width * columns, height * lines), layout='constrained')
-  axes = figure.subplots(lines, columns, squeeze=False).ravel()
+  heights = list(heights) if isinstance(heights, (list, tuple)) else [heights] * lines
+  figure = figure_lib.Figure(figsize=(width * columns, sum(heights)), layout='constrained')
+  axes = figure.subplots(lines, columns, squeeze=False,
+                         gridspec_kw={'height_ratios': heights}).ravel()
   for ax in axes[count:]:  # the last line's empty places
     ax.set_visible(False)
   return figure, axes[:count]
@@ -333,12 +336,13 @@ def draw_bars(ax, rows: list[Row], colours: dict) -> None:
 
 
 def save_bars(panels: dict, path, suptitle: str) -> pathlib.Path:
-  """One panel per {title: rows} (draw_bars), 3 a line, as tall as the most bars need; a
-  label in one colour in all of them; written to `path`."""
+  """One panel per {title: rows} (draw_bars), 3 a line, each line as tall as its most bars
+  need; a label in one colour in all of them; written to `path`."""
   colours = colours_of(bar_label(row.setting) for rows in panels.values() for row in rows)
   columns = min(3, len(panels))
-  figure, axes = panel_grid(len(panels), columns, 5.5,
-                            2.4 + 0.28 * max(len(rows) for rows in panels.values()))
+  counts = [len(rows) for rows in panels.values()]
+  heights = [2.4 + 0.28 * max(counts[i:i + columns]) for i in range(0, len(counts), columns)]
+  figure, axes = panel_grid(len(panels), columns, 5.5, heights)
   for ax, (title, rows) in zip(axes, panels.items()):
     draw_bars(ax, rows, colours)
     ax.set_title(title, fontsize=10)
