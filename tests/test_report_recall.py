@@ -148,7 +148,8 @@ def test_the_capacity_figure_needs_two_pair_counts_and_the_widths_figure_two_wid
   points = {('luna16', 16, 3e-3, 2, 4): (0.9, 1.0), ('luna16', 16, 3e-3, 4, 4): (0.5, 0.6),
             ('luna16', 16, 3e-3, 2, 8): (1.0, 1.0), ('luna16', 16, 3e-3, 4, 8): (0.8, 0.9),
             ('transformer', 16, 3e-3, 2, 4): (1.0, 1.0),
-            ('transformer', 16, 3e-3, 4, 4): (1.0, 0.98)}
+            ('transformer', 16, 3e-3, 4, 4): (1.0, 0.98),
+            ('luna16', 16, 3e-3, 2, 16): (0.9, 0.9)}  # P = 16 at one N: no line
   root = grid(real_sweep, tmp_path / 'capacity', points)
   paths = report.make_report(root, out_dir=tmp_path / 'out')
   assert {p.name for p in paths} == TABLE_FILES | {recall.CAPACITY_FIGURE,

@@ -278,7 +278,8 @@ def width_panels(best: dict) -> tuple[dict, dict]:
 
 def capacity_panels(best: dict) -> tuple[dict, dict]:
   """({'L = 256, D = 128': {'Luna P=8': {N: Cell}, 'Transformer': ...}}, chances) of the best
-  rows: a line per Luna pack length and the Transformer's at the same (L, D)."""
+  rows: a line per Luna pack length that ran at 2 pair counts or more (a single point says
+  nothing of capacity) and the Transformer's at the same (L, V, D)."""
   luna = [r for r in best.values() if r.setting.pack is not None]
   places = {(r.setting.length, r.setting.vocab, r.setting.dim) for r in luna}
   others = [r for r in best.values() if registry.base_name(r.setting.model) == TRANSFORMER
@@ -292,8 +293,12 @@ def capacity_panels(best: dict) -> tuple[dict, dict]:
     placed.append((title, ((s.pack is None, s.causal, s.pack or 0, suffix), label), s.pairs,
                    row.cell))
     chances.setdefault(title, {})[s.pairs] = s.chance()
-  panels = {title: lines for title, lines in panels_of(placed).items()  # Luna at 2 N or more
-            if any(len(p) > 1 for label, p in lines.items() if label.startswith('Luna'))}
+  panels = {}
+  for title, lines in panels_of(placed).items():  # a Luna line at 2 N or more, the Transformer's
+    kept = {label: points for label, points in lines.items()
+            if len(points) > 1 or not label.startswith('Luna')}
+    if any(label.startswith('Luna') for label in kept):
+      panels[title] = kept
   return panels, chances
 
 
