@@ -11,7 +11,8 @@ from flax import nnx
 from lra_luna import config_lib, registry, spt
 from lra_luna.models import classifier, model_config
 from lra_luna.models.attention import rotary
-from lra_luna.models.attention.baselines import (elu_feature_map, linear_attention,
+from lra_luna.models.attention.baselines import (causal_linear_attention_from_features,
+                                                 elu_feature_map, linear_attention,
                                                  linear_attention_direct)
 from lra_luna.models.encoder.transformer import build_self_attention
 
@@ -110,6 +111,24 @@ def test_causal_prefix_sums_equal_the_quadratic_formula():
   full = np.asarray(linear_attention(q, k, v, key_mask))
   np.testing.assert_allclose(full[:, :, -1], expected[:, :, -1], rtol=1e-5, atol=1e-5)
   assert not np.allclose(full[:, :, 0], expected[:, :, 0])
+
+
+@pytest.mark.parametrize('rotated', [False, True])
+@pytest.mark.parametrize('chunk', [1, 5, 12, 64])
+def test_each_chunk_size_gives_the_quadratic_formula(chunk, rotated):
+  """Chunks of 1 (the prefix sums), 5 (12 = 5 + 5 + 2: a short last chunk), 12 (one chunk)
+  and 64 (longer than the sequence): the same sums."""
+  q, k, v, key_mask = random_heads(2)
+  phi_q, phi_k = elu_feature_map(q), jnp.where(key_mask[:, None, :, None], elu_feature_map(k), 0)
+  q_num, k_num = phi_q, phi_k
+  if rotated:
+    positions = jnp.arange(q.shape[2])
+    q_num, k_num = (rotary.apply_rotary(t, positions) for t in (phi_q, phi_k))
+  expected = causal_quadratic(*(np.asarray(t, np.float64) for t in (q_num, k_num, phi_q, phi_k)),
+                              v, key_mask)
+  numerator, denominator = causal_linear_attention_from_features(phi_q, phi_k, v, rotary=rotated,
+                                                                 chunk=chunk)
+  np.testing.assert_allclose(numerator / (denominator + 1e-6), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_causal_rotary_prefix_sums_equal_the_quadratic_formula():
