@@ -2,9 +2,9 @@
 each the difference of two settings' seed means, with its 95% Welch interval
 (runs.welch_difference) and a verdict, written as mqar_comparisons.{md,tex,csv}:
 - against attention: each model's best learning rate minus the Transformer's at the same
-  causality, L, N and D (does a model recall as attention does?);
+  causality, L, N, V and D (does a model recall as attention does?);
 - causal against bidirectional: a model's causal best minus its bidirectional best at the same
-  L, N, D and P (does reading ahead help or hurt?);
+  L, N, V, D and P (does reading ahead help or hurt?);
 - learning rates: where a setting ran at several rates, the best minus each other (is the rate
   what separates two models?).
 Verdict: 'higher' or 'lower' where the interval lies on one side of 0, 'not distinguishable'
