@@ -30,7 +30,7 @@ lra_luna/tables.py:
   learning rate) with chance, steps and commits, Zoology's Figure 2 (accuracy against width,
   best learning rate per point), Luna's capacity (accuracy against pairs N, a line per P, the
   Transformer beside) and the models side by side at each (L, N, D) (a bar each, seeds as
-  dots); mqar_comparisons.{md,tex,csv}: each model minus the Transformer, causal minus
+  dots); mqar_comparisons.{md,tex,csv}: each model minus the Transformer and chance, causal minus
   bidirectional, the best learning rate minus the others, each with its 95% Welch interval and
   verdict (report/recall_comparisons.py). MQAR runs are in none of the LRA tables, groups or
   Figure 1; the same task/model/head/seed in two settings (several sweep folders under one) are

@@ -21,13 +21,12 @@ record give the same outputs:
   one its name says), its mean at the best learning rate, ± seed std, the seeds as dots, chance
   dashed.
 - mqar_comparisons.{md,tex,csv} (report/recall_comparisons.py): each model against the
-  Transformer, causal against bidirectional, the best learning rate against the others; each
-  difference with its 95% Welch interval and verdict.
+  Transformer and against chance, causal against bidirectional, the best learning rate against
+  the others; each difference with its 95% interval and verdict.
 Panels without such a line (or bars) are left out; each label has one colour in every panel.
 A run's L, N, V, D, P and learning rate are those of its config.json (max_length,
 mqar.num_kv_pairs, mqar.vocab_size, model.dim, model.pack_length of an attention 'luna',
-learning_rate); its
-causality results.json's 'causal'.
+learning_rate); its causality results.json's 'causal'.
 """
 
 import dataclasses
@@ -166,8 +165,7 @@ def table(rows: list[Row], checkpoint: str, caption: str = '', notes=()) -> tabl
     pack = runs.MISSING if s.pack is None else str(s.pack)
     commits = orderings.commits(row.seeds)
     lines.append([s.label(), str(s.length), str(s.pairs), str(s.vocab), str(s.dim), pack,
-                  f'{s.lr:g}{mark}',
-                  accuracy, str(cell.n), f'{s.chance():.2f}', steps, commits])
+                  f'{s.lr:g}{mark}', accuracy, str(cell.n), f'{s.chance():.2f}', steps, commits])
     csv_lines.append([s.model, str(s.causal).lower(), s.length, s.pairs, s.vocab, s.dim,
                       '' if s.pack is None else s.pack, f'{s.lr:g}', id(row) in best,
                       f'{cell.mean:.4f}', '' if cell.std is None else f'{cell.std:.4f}', cell.n,

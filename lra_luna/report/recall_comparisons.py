@@ -3,17 +3,21 @@ each the difference of two settings' seed means, with its 95% Welch interval
 (runs.welch_difference) and a verdict, written as mqar_comparisons.{md,tex,csv}:
 - against attention: each model's best learning rate minus the Transformer's at the same
   causality, L, N, V and D (does a model recall as attention does?);
+- against chance: each model's best minus chance (1/N), with a one-sample t interval (does it
+  recall at all?);
 - causal against bidirectional: a model's causal best minus its bidirectional best at the same
   L, N, V, D and P (does reading ahead help or hurt?);
 - learning rates: where a setting ran at several rates, the best minus each other (is the rate
   what separates two models?).
 Verdict: 'higher' or 'lower' where the interval lies on one side of 0, 'not distinguishable'
-where it holds 0, 'needs 2+ seeds' where a side has one seed (no interval).
+where it holds 0 (orderings.verdict's test, in words without a published side), 'needs 2+
+seeds' where a side has one seed (no interval).
 """
 
 import dataclasses
 
 from lra_luna import tables
+from lra_luna.report import orderings
 from lra_luna.report import runs
 
 TABLE = 'mqar_comparisons'
@@ -24,14 +28,14 @@ CAUSAL_MINUS_BIDIRECTIONAL = 'causal − bidirectional'
 BEST_RATE_MINUS_OTHER = 'best lr − other lr'
 
 
+WORDS = {'reproduces': 'higher', 'reversed': 'lower', 'not distinguishable': 'not distinguishable'}
+
+
 def verdict(difference: runs.Cell) -> str:
   """higher / lower / not distinguishable by where 0 lies against the 95% interval."""
   if difference.interval is None:
     return 'needs 2+ seeds'
-  low, high = difference.interval
-  if low > 0:
-    return 'higher'
-  return 'lower' if high < 0 else 'not distinguishable'
+  return WORDS[orderings.verdict(*difference.interval)]
 
 
 def chance_difference(cell: runs.Cell, chance: float) -> runs.Cell:
