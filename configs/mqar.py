@@ -59,7 +59,7 @@ def get_config(arg: str = 'transformer') -> ml_collections.ConfigDict:
   if arg.quick:
     # A 2-core CPU's size: L = 256 with Zoology's smallest number of pairs (N = 4) and its
     # 100,000 examples, 2,000 steps of 64. Causal, the Transformer passes 99% by step 1,500
-    # (docs/mqar.md, calibration).
+    # (docs/mqar_calibration.md).
     c.max_length = 256
     c.mqar.update(num_kv_pairs=4, num_train=100000, num_val=500, num_test=1000)
     c.batch_size = 64
