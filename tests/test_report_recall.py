@@ -3,6 +3,7 @@ vmapped program), folders of other settings made from its run folders, and recor
 (report/record.py) written from them or by hand."""
 
 import csv
+import itertools
 import json
 import pathlib
 import shutil
@@ -442,3 +443,35 @@ def test_the_documented_mqar_table_and_figure_are_what_the_record_gives(tmp_path
   comparisons = [line for line in (tmp_path / 'mqar_comparisons.md').read_text().splitlines()
                  if line.startswith('|')]
   assert len(comparisons) > 10 and [line for line in comparisons if line not in evidence] == []
+
+
+def test_the_documented_capacity_summary_is_the_records_best_rate_rows(tmp_path):
+  """docs/mqar.md's capacity summary (16 tokens, a row per N and width D, a column per P and the
+  Transformer) gives, in each filled cell, the record's mean ± std at that setting's best rate, and
+  the width and capacity figures it shows are ones report draws from that record."""
+  docs = pathlib.Path(__file__).resolve().parent.parent / 'docs'
+  paths = report.make_report(docs / 'mqar_results.csv', 'last', out_dir=tmp_path)
+  best = {}
+  for row in markdown_rows(tmp_path / 'mqar.md'):
+    if row['L'] != '16' or '(causal)' in row['Model']:
+      continue
+    column = 'Transformer' if row['Model'] == 'transformer' else f'P = {row["P"]}'
+    key = (row['N'], row['D'], column)
+    if key not in best or row['lr'].endswith('*'):
+      best[key] = row['Test acc. (%)']
+  text = (docs / 'mqar.md').read_text()
+  lines = text.splitlines()
+  start = next(i for i, line in enumerate(lines) if line.startswith('| N (chance) | D |'))
+  header = [cell.strip() for cell in lines[start].strip('|').split('|')]
+  cells = 0
+  for line in itertools.takewhile(lambda line: line.startswith('|'), lines[start + 2:]):
+    values = dict(zip(header, (cell.strip() for cell in line.strip('|').split('|'))))
+    n = values['N (chance)'].split()[0]
+    for column in header[2:]:
+      if values[column] != '—':
+        assert values[column] == best[(n, values['D'], column)], (n, values['D'], column)
+        cells += 1
+  assert cells > 20
+  names = {path.name for path in paths}
+  for figure in (recall.WIDTHS_FIGURE, recall.CAPACITY_FIGURE):
+    assert figure in names and f']({figure})' in text and (docs / figure).is_file()
