@@ -20,10 +20,11 @@ os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', _CACHE_DIR)
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')  # every compile: 10% off
 # The campaign's shared cache of step memory estimates: the session's own, not the user's.
 os.environ.setdefault('LRA_CACHE_DIR', os.path.join(_CACHE_DIR, 'lra_luna'))
-# LLVM at level 0 in every test process (tests/tiny.py says why); a user's own flags stay.
+# The suite's XLA flags in every test process (tests/tiny.py says why); a user's own flags stay.
 sys.path.insert(0, os.path.dirname(__file__))
 import tiny  # noqa: E402  pylint: disable=wrong-import-position
-os.environ['XLA_FLAGS'] = ' '.join(filter(None, (os.environ.get('XLA_FLAGS'), tiny.XLA_FLAGS)))
+if tiny.XLA_FLAGS not in os.environ.get('XLA_FLAGS', ''):  # xdist's workers inherit them
+  os.environ['XLA_FLAGS'] = ' '.join(filter(None, (os.environ.get('XLA_FLAGS'), tiny.XLA_FLAGS)))
 
 
 # The slow tier: tests that train, start processes or compile full-size steps (seconds to

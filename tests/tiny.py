@@ -3,21 +3,35 @@
 module that trains, sweeps or runs a campaign takes its settings from here, changing only what
 it tests (steps, checkpoint spacing), so a change of the tiny run is made once."""
 
+import os
 import pathlib
+import subprocess
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 QUICK_LISTOPS = f'{REPO}/configs/listops.py:luna16,quick'
-# Every test process (conftest.py sets it; the subprocess helpers pass it on): LLVM at level 0 and
-# XLA's CPU loop emitters instead of its MLIR fusion emitters. The suite's time is mostly XLA
-# compiling tiny models: the level cuts a compile by about a third, the emitters by half again. The
-# programs and their buffers are XLA's own (campaign/memory.py); only the machine code differs, and
-# no test times a step.
-XLA_FLAGS = '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false'
+
+
+def xla_accepts(flag: str) -> bool:
+  """Whether this jaxlib's XLA knows `flag`. An unknown flag in XLA_FLAGS aborts the process that
+  reads it, so a child process is asked (JAX 0.10's XLA has the emitter flag below, 0.12's not)."""
+  child = subprocess.run([sys.executable, '-c', 'import jax; jax.devices()'], capture_output=True,
+                         env={**os.environ, 'XLA_FLAGS': flag, 'JAX_PLATFORMS': 'cpu'}, check=False)
+  return child.returncode == 0
+
+
+# Every test process (conftest.py sets it; the subprocess helpers pass it on): LLVM at level 0 and,
+# where XLA has them, its CPU loop emitters instead of its MLIR fusion emitters. The suite's time is
+# mostly XLA compiling tiny models: the level cuts a compile by about a third, the emitters by half
+# again. The programs and their buffers are XLA's own (campaign/memory.py); only the machine code
+# differs, and no test times a step. Found once a session: pytest-xdist's workers inherit it.
+LOOP_EMITTERS = '--xla_cpu_use_fusion_emitters=false'
+XLA_FLAGS = os.environ.setdefault('LRA_TEST_XLA_FLAGS', ' '.join(
+    ['--xla_backend_optimization_level=0'] + [LOOP_EMITTERS] * xla_accepts(LOOP_EMITTERS)))
 
 
 def xla_flags(*extra: str) -> str:
-  """XLA_FLAGS of a test's subprocess: the suite's own flag and `extra` (e.g. a device count)."""
+  """XLA_FLAGS of a test's subprocess: the suite's own flags and `extra` (e.g. a device count)."""
   return ' '.join((XLA_FLAGS, *extra))
 
 SETTINGS = {
