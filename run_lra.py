@@ -41,11 +41,8 @@ from absl import logging  # noqa: E402
 
 from lra_luna import config_lib  # noqa: E402
 from lra_luna import run_size  # noqa: E402
-from lra_luna.training import results as results_lib  # noqa: E402
 from lra_luna.training import run_folder  # noqa: E402
 from lra_luna.training import signals  # noqa: E402
-from lra_luna.training import steps  # noqa: E402
-from lra_luna.training import train  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', None, config_lib.config_help())
@@ -96,7 +93,6 @@ def print_config() -> None:
 def announce(workdir: str) -> None:
   """The run's first lines (stdout): what it is; for a full-size run its size and time bound,
   and a warning when that bound is long (the steps left, when it resumes)."""
-  config_lib.validate(CONFIG)  # a bad field or plug-in in one line, before the size is built
   steps_left = CONFIG.num_train_steps - (run_folder.saved_step(workdir, 'latest') or 0)
   if steps_left <= 0 and (pathlib.Path(workdir) / run_folder.RESULTS_FILE).exists():
     return  # a finished run: training says `nothing to do` as its first line
@@ -122,6 +118,13 @@ def main(argv):
   try:
     for signum in (signal.SIGINT, signal.SIGTERM):
       signal.signal(signum, stop_at_once)
+    config_lib.validate(CONFIG)  # a bad field or plug-in in one line, before the size is built
+    # The training libraries load only now (JAX: seconds): a mistake in the flags or the config is
+    # answered at once.
+    # pylint: disable=import-outside-toplevel
+    from lra_luna.training import results as results_lib
+    from lra_luna.training import steps
+    from lra_luna.training import train
     steps.maybe_initialize_distributed()
     announce(FLAGS.workdir)
     results = train.train_and_evaluate(CONFIG, FLAGS.workdir, overwrite=FLAGS.overwrite)
