@@ -32,7 +32,7 @@ from lra_luna.training import host_memory  # noqa: E402  (no numpy, no JAX)
 if __name__ == '__main__':
   host_memory.one_heap_for_every_thread()  # Before numpy and JAX start their threads.
 
-import json  # noqa: E402  (after the handlers: loading JAX takes seconds)
+import json  # noqa: E402  (after the handlers and the heap: what follows loads for a while)
 import pathlib  # noqa: E402
 
 from absl import app  # noqa: E402
