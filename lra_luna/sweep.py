@@ -43,7 +43,6 @@ from lra_luna import config_lib  # noqa: E402
 from lra_luna.models import model_config  # noqa: E402
 from lra_luna.training import run_folder  # noqa: E402
 from lra_luna.training import signals  # noqa: E402
-from lra_luna.training import train  # noqa: E402
 import lra_luna  # noqa: E402
 
 # run_lra: the checkout's run_lra.py, else the module `pip install .` installs beside lra_luna.
@@ -197,6 +196,8 @@ def run_sequential(runs: list[Run]) -> list[tuple]:
 
 def run_vmapped(runs: list[Run]) -> list[tuple]:
   """train.train_seeds per (config, head, resume step); returns (run, reason) of failed ones."""
+  # Only this mode trains in the sweep's own process: a sequential sweep never loads JAX.
+  from lra_luna.training import train  # pylint: disable=import-outside-toplevel
   groups = {}
   for run in runs:
     key = (run.spec, run.overrides, run.head, latest_step(run.workdir))
