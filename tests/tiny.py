@@ -3,6 +3,7 @@
 module that trains, sweeps or runs a campaign takes its settings from here, changing only what
 it tests (steps, checkpoint spacing), so a change of the tiny run is made once."""
 
+import ast
 import os
 import pathlib
 import subprocess
@@ -28,6 +29,21 @@ def xla_accepts(flag: str) -> bool:
 LOOP_EMITTERS = '--xla_cpu_use_fusion_emitters=false'
 XLA_FLAGS = os.environ.setdefault('LRA_TEST_XLA_FLAGS', ' '.join(
     ['--xla_backend_optimization_level=0'] + [LOOP_EMITTERS] * xla_accepts(LOOP_EMITTERS)))
+
+
+# What the training path loads and the tools that only read, plan or check must not (seconds).
+TRAINING_LIBRARIES = ('jax', 'flax', 'optax', 'orbax')
+
+
+def libraries_loaded(code: str, libraries=TRAINING_LIBRARIES, **run_options):
+  """(the process, the sorted `libraries` it had loaded when it exited) of `code` run in a fresh
+  Python; a sys.exit in `code` (a one-line error) still gives the list."""
+  report = ('import atexit, sys\n'
+            f'atexit.register(lambda: print(sorted({{m.split(".")[0] for m in sys.modules}} & '
+            f'{set(libraries)!r})))\n')
+  proc = subprocess.run([sys.executable, '-c', report + code], capture_output=True, text=True,
+                        check=False, **run_options)
+  return proc, ast.literal_eval(proc.stdout.strip().splitlines()[-1])
 
 
 def xla_flags(*extra: str) -> str:
