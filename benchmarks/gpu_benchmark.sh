@@ -164,6 +164,7 @@ for dtype in bfloat16 float32; do
     part=a_${dtype}_$model
     finished "$part" && { echo "$part: done in an earlier run"; continue; }
     left=$(( BUDGET_A - ($(date +%s) - start) ))
+    (( left < 0 )) && left=0  # the budget spent (or a clock second passed with a budget of 0)
     bounded "$part" "$left" "$PY" -m lra_luna.profile --models "$model" "${PROFILE[@]}" \
         --dtype "$dtype" --out_dir "$OUT/table2/$dtype/$model"
     [[ -f "$OUT/table2/$dtype/$model/profile.json" ]] || continue

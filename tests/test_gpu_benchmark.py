@@ -77,3 +77,23 @@ def test_the_cpu_dry_run_runs_every_part_and_a_rerun_skips_them(tmp_path):
   assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
   assert again.stdout.count(': done in an earlier run') == len(parts)
   assert '== ' not in again.stdout
+
+
+def test_a_spent_budget_is_never_said_as_negative(tmp_path):
+  """A clock second passing between the part's start and its budget check (here a `date` whose
+  seconds advance at each call) still says a budget of 0 s, not -1."""
+  shim = tmp_path / 'bin' / 'date'
+  shim.parent.mkdir()
+  shim.write_text(f'#!/bin/bash\nif [[ "$1" == +%s ]]; then\n'
+                  f'  n=$(( $(cat {tmp_path}/clock 2>/dev/null || echo 1000) + 1 ))\n'
+                  f'  echo $n > {tmp_path}/clock; echo $n\nelse exec /bin/date "$@"; fi\n')
+  shim.chmod(0o755)
+  out = tmp_path / 'out'
+  result = subprocess.run(
+      ['bash', str(SCRIPT), str(out), '--cpu-dry-run', '--table2-budget', '0', '--listops-budget',
+       '0', '--table2-models', 'transformer', '--listops-models', 'luna16'], cwd=REPO,
+      capture_output=True, text=True, timeout=300, check=False,
+      env={**os.environ, 'PATH': f'{shim.parent}:{os.environ["PATH"]}'})
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  for part in ('a_bfloat16_transformer', 'a_float32_transformer'):
+    assert (out / 'status' / f'{part}.txt').read_text() == 'skipped: a budget of 0 s\n'
